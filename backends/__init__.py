@@ -1,0 +1,1 @@
+"""ExecuTorch backends of coreai-partitioner (installed as ``coreai_partitioner.backends``)."""

@@ -1,0 +1,207 @@
+"""``CoreAIPartitioner``: upstream's partitioner, claiming externalized call sites too."""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import shutil
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
+from torch.export import ExportedProgram
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+
+from . import _compat
+from .backends.apple_coreai import BACKEND_ID
+from .build_records import LoweringRecords
+from .call_sites import (
+    EXTERNALIZE_NAMESPACE,
+    call_sites_by_op,
+    externalized_op_name,
+    module_path,
+    op_module_path,
+    resolve_call_sites,
+)
+from .externalize import check_records
+
+logger = logging.getLogger(__name__)
+
+_LEGACY_FLOW_ERROR = (
+    "CoreAIPartitioner must be used with to_edge_transform_and_lower(). "
+    "The to_edge() + to_backend() workflow is not supported because it "
+    "decomposes ops that Core AI lowers directly. Please use:\n"
+    "    exir.to_edge_transform_and_lower(\n"
+    '        {"forward": exported_program},\n'
+    "        partitioner=[CoreAIPartitioner(externalized_modules=records)],\n"
+    "        compile_config=get_default_compile_config(),\n"
+    "    )"
+)
+
+
+class _OperatorSupport(_compat.UpstreamOperatorSupport):
+    """Upstream's op support, plus the externalized call sites that have a record.
+
+    Rejected call sites are kept with the reason, for the error that follows.
+    """
+
+    def __init__(self, claimable: set[str]) -> None:
+        super().__init__(log=True)
+        self._claimable = claimable
+        self.rejected: dict[str, str] = {}
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op != "call_function" or externalized_op_name(node.target) is None:
+            return super().is_node_supported(submodules, node)
+        reason = self._rejection(node)
+        if reason is not None:
+            self.rejected[node.name] = reason
+        return reason is None
+
+    def _rejection(self, node: torch.fx.Node) -> str | None:
+        if node.name not in self._claimable:
+            return (
+                "it has no record: pass the records externalize_modules returned for "
+                "this program as CoreAIPartitioner(externalized_modules=records)"
+            )
+        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False):
+            return "it is marked do_not_delegate, and Core AI is the only runtime for it"
+        for val in _compat.node_tensor_vals(node):
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return "it takes a symbolic scalar, which a Core AI delegate cannot take"
+            if isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64):
+                return (
+                    f"it takes or returns a {val.dtype} tensor, which a Core AI delegate "
+                    "cannot carry; cast it to 32 bits inside the model, or run "
+                    "get_default_passes() to narrow 64-bit graph inputs"
+                )
+        return None
+
+
+class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
+    """Partition for Core AI, keeping externalized submodules as composite ops.
+
+    Args:
+        externalized_modules: the records :func:`externalize_modules` returned
+            for the program being lowered.  Each ``coreai_torch_ext`` call site
+            is found by its op target (node names change in ``to_edge``) and
+            lowered as a ``noinline`` composite graph inside the delegate.
+        **options: every option of ``executorch.backends.apple.coreai.CoreAIPartitioner``
+            (``uses_sidecar``, ``aot_compile_config``, ``min_deployment_version``,
+            ``input_enumerations``, ``take_over_constant_data``,
+            ``take_over_mutable_buffer``).
+
+    Use one partitioner per method when methods come from different
+    :func:`externalize_modules` calls.
+    """
+
+    def __init__(self, externalized_modules: Sequence[Any] | None = None, **options: Any) -> None:
+        super().__init__(**options)
+        if options.get("aot_compile_config") is not None and shutil.which("xcrun") is None:
+            raise RuntimeError(
+                "aot_compile_config compiles .aimodelc bundles with `xcrun coreai-build`, "
+                f"which needs macOS with the Metal Toolchain; this machine runs "
+                f"{platform.system()}. Drop aot_compile_config to ship the portable "
+                ".aimodel, or lower on a Mac."
+            )
+        self._records = check_records(externalized_modules)
+        self.delegation_spec = DelegationSpec(BACKEND_ID, self._base_compile_specs)
+        # to_edge_transform_and_lower calls transform_for_pre_decomposition once
+        # per method before partition(); the legacy to_edge() flow never does.
+        self._pending_partitions = 0
+        self._lowerings: list[LoweringRecords] = []
+
+    def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
+        self._pending_partitions += 1
+        return exported_program
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        if self._pending_partitions == 0:
+            raise RuntimeError(_LEGACY_FLOW_ERROR)
+        self._pending_partitions -= 1
+
+        graph = exported_program.graph
+        resolution = resolve_call_sites(
+            self._records, [graph] + [r.exported_program.graph for r in self._records]
+        )
+        for mismatch in resolution.mismatches:
+            warnings.warn(str(mismatch), UserWarning, stacklevel=2)
+        by_call_site = resolution.by_call_site()
+        call_sites = call_sites_by_op(graph)
+        claimable = {
+            node.name
+            for op_name, nodes in call_sites.items()
+            for node in nodes
+            if (op_name, node.name) in by_call_site
+        }
+
+        support = _OperatorSupport(claimable)
+        partitions = CapabilityBasedPartitioner(
+            exported_program.graph_module, support, allows_single_node_partition=True
+        ).propose_partitions()
+        delegation_spec = self._delegation_spec_for(exported_program)
+        partition_tags: dict[str, DelegationSpec] = {}
+        for partition in partitions:
+            tag = f"tag{partition.id}"
+            for node in partition.nodes:
+                node.meta["delegation_tag"] = tag
+            partition_tags[tag] = delegation_spec
+        _raise_on_undelegated_call_sites(call_sites, support.rejected, by_call_site)
+
+        lowering = LoweringRecords(resolution.records)
+        self._lowerings.append(lowering)
+        for nodes in call_sites.values():
+            for node in nodes:
+                lowering.claim(node)
+        logger.info(
+            "CoreAIPartitioner: %d partition(s), %d externalized call site(s)",
+            len(partition_tags),
+            len(claimable),
+        )
+
+        if self.take_over_constant_data:
+            tag_constant_data(exported_program)
+        if self.take_over_mutable_buffer:
+            tag_mutated_buffer(exported_program)
+        return PartitionResult(
+            tagged_exported_program=exported_program, partition_tags=partition_tags
+        )
+
+    def _delegation_spec_for(self, exported_program: ExportedProgram) -> DelegationSpec:
+        resolved = _compat.resolve_input_enumerations(exported_program, self._input_enumerations)
+        if not resolved:
+            return self.delegation_spec
+        spec = CompileSpec(
+            _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
+        )
+        return DelegationSpec(BACKEND_ID, self._base_compile_specs + [spec])
+
+
+def _raise_on_undelegated_call_sites(
+    call_sites: dict[str, list[torch.fx.Node]],
+    rejected: dict[str, str],
+    by_call_site: dict[tuple[str, str], Any],
+) -> None:
+    """An externalized call site outside every delegate would be an un-runnable op."""
+    problems = []
+    for op_name, nodes in call_sites.items():
+        for node in nodes:
+            if "delegation_tag" in node.meta:
+                continue
+            record = by_call_site.get((op_name, node.name))
+            submodule = module_path(record) if record is not None else op_module_path(op_name)
+            problems.append(
+                f"  submodule '{submodule}' (op {EXTERNALIZE_NAMESPACE}::{op_name}, "
+                f"node {node.name}) is not delegated: "
+                + rejected.get(node.name, "no Core AI partition took it")
+            )
+    if problems:
+        raise RuntimeError(
+            "externalized call site(s) would be left outside every Core AI delegate, "
+            "where nothing can run them:\n" + "\n".join(problems)
+        )

@@ -1,0 +1,134 @@
+"""Read what a ``.pte`` ships: methods, delegates and their Core AI assets."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from executorch.exir.schema import DelegateCall
+
+from ._compat import deserialize_pte_binary
+
+#: Backend ids whose payload is a Core AI asset manifest (ours and upstream's).
+COREAI_BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
+
+_NAMED_DATA_PREFIX = "coreai/"
+
+
+@dataclass(frozen=True)
+class Delegate:
+    """One delegate call in one method of a ``.pte``."""
+
+    method: str
+    index: int
+    backend_id: str
+    payload: bytes
+    #: The Core AI manifest (``packaging``, ``hash``, ``path``, ...), or None.
+    manifest: dict[str, Any] | None = None
+    #: Inline asset files by path relative to the asset's ``<hash>/`` directory.
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def is_coreai(self) -> bool:
+        return self.manifest is not None
+
+    @property
+    def packaging(self) -> str | None:
+        return None if self.manifest is None else self.manifest.get("packaging")
+
+    @property
+    def asset_bytes(self) -> int:
+        """Bytes of the asset embedded in the ``.pte`` (0 for a sidecar)."""
+        return sum(len(data) for data in self.files.values())
+
+    def asset_path(self, directory: str | os.PathLike, *, sidecar_dir: str | os.PathLike | None = None) -> Path:
+        """The portable ``.aimodel`` of this delegate on disk.
+
+        Inline assets are written under ``directory``; sidecar assets are found
+        under ``sidecar_dir`` (the build's ``COREAI_SIDECAR_DIR``, by default
+        the ``.pte``'s own directory at runtime).
+        """
+        if self.manifest is None:
+            raise ValueError(f"delegate {self.index} of '{self.method}' ({self.backend_id}) is not a Core AI delegate")
+        if "path" not in self.manifest:
+            raise ValueError(
+                f"delegate {self.index} of '{self.method}' ships AOT-compiled .aimodelc bundles "
+                f"({self.packaging}), which run only on Apple devices; lower without "
+                "aot_compile_config to get a portable .aimodel"
+            )
+        if self.files:
+            root = Path(directory) / self.manifest["hash"]
+            for relative, data in self.files.items():
+                target = root / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+            return Path(directory) / self.manifest["path"]
+        if sidecar_dir is None:
+            raise ValueError(
+                f"delegate {self.index} of '{self.method}' ships its asset as a sidecar; "
+                "pass sidecar_dir= (the directory COREAI_SIDECAR_DIR named at build time)"
+            )
+        path = Path(sidecar_dir) / self.manifest["path"]
+        if not path.is_dir():
+            raise FileNotFoundError(f"sidecar asset of delegate {self.index} of '{self.method}' not found: {path}")
+        return path
+
+
+@dataclass(frozen=True)
+class PteContents:
+    """What :func:`read_pte` found."""
+
+    methods: tuple[str, ...]
+    delegates: tuple[Delegate, ...]
+    size: int
+    #: Per method: how many instructions it has, and how many are delegate calls.
+    instructions: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def coreai_delegates(self, method: str | None = None) -> list[Delegate]:
+        return [d for d in self.delegates if d.is_coreai and method in (None, d.method)]
+
+
+def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
+    """Parse a serialized ``.pte`` (bytes or a path)."""
+    data = bytes(pte) if isinstance(pte, (bytes, bytearray, memoryview)) else Path(pte).read_bytes()
+    pte_file = deserialize_pte_binary(data)
+    program = pte_file.program
+    named: dict[str, bytes] = {}
+    if pte_file.named_data is not None:
+        buffers = pte_file.named_data.buffers
+        named = {
+            key: bytes(buffers[entry.buffer_index])
+            for key, entry in pte_file.named_data.pte_data.items()
+            if key.startswith(_NAMED_DATA_PREFIX)
+        }
+
+    delegates = []
+    instructions = {}
+    for plan in program.execution_plan:
+        calls = sum(
+            1
+            for chain in plan.chains
+            for instruction in chain.instructions
+            if isinstance(instruction.instr_args, DelegateCall)
+        )
+        instructions[plan.name] = (sum(len(c.instructions) for c in plan.chains), calls)
+        for index, delegate in enumerate(plan.delegates):
+            payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
+            manifest = _manifest(delegate.id, payload)
+            files = {}
+            if manifest is not None:
+                prefix = f"{_NAMED_DATA_PREFIX}{manifest['hash']}/"
+                files = {key[len(prefix) :]: value for key, value in named.items() if key.startswith(prefix)}
+            delegates.append(Delegate(plan.name, index, delegate.id, payload, manifest, files))
+    return PteContents(
+        tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), instructions
+    )
+
+
+def _manifest(backend_id: str, payload: bytes) -> dict[str, Any] | None:
+    if backend_id not in COREAI_BACKEND_IDS:
+        return None
+    return json.loads(payload.decode("utf-8"))

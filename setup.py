@@ -1,0 +1,39 @@
+"""coreai-partitioner: an ExecuTorch partitioner that keeps Core AI composite ops.
+
+Like ExecuTorch's own setup.py maps its ``backends/`` folder into the
+``executorch.backends`` namespace, this one maps ``backends/`` into
+``coreai_partitioner.backends``.
+"""
+
+from setuptools import setup
+
+setup(
+    name="coreai-partitioner",
+    version="0.1.0",
+    description=(
+        "ExecuTorch partitioner that carries coreai-torch externalized submodules "
+        "(composite ops) into a Core AI delegate"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=[
+        "coreai_partitioner",
+        "coreai_partitioner.backends",
+        "coreai_partitioner.backends.apple_coreai",
+    ],
+    package_dir={
+        "coreai_partitioner": "coreai_partitioner",
+        "coreai_partitioner.backends": "backends",
+    },
+    install_requires=[
+        "torch==2.13.0",
+        "executorch==1.5.1",
+        "coreai-torch==0.4.3",
+        "coreai-core==1.0.0b3",
+        "coremltools==9.0",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6"],
+    },
+)

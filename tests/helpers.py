@@ -1,0 +1,95 @@
+"""Shared by the tests: small models, lowering, and running what ships."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from coreai_torch import get_decomp_table
+from executorch.exir import to_edge_transform_and_lower
+
+from coreai_partitioner import (
+    CoreAIPartitioner,
+    externalize_modules,
+    default_specs,
+    get_default_compile_config,
+    get_default_passes,
+)
+from coreai_partitioner.pte import PteContents, read_pte
+from coreai_partitioner.runtime import LoadedAsset
+from coreai_torch.composite_ops import RMSNorm
+
+
+def export_fn(*sample: torch.Tensor):
+    return lambda model: torch.export.export(model, tuple(sample)).run_decompositions(get_decomp_table())
+
+
+def externalize(model: torch.nn.Module, sample: Sequence[torch.Tensor], specs=None):
+    return externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn(*sample))
+
+
+def lower(exported_program, records=None, **options):
+    return to_edge_transform_and_lower(
+        exported_program,
+        partitioner=[CoreAIPartitioner(externalized_modules=records, **options)],
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+    )
+
+
+def to_pte(lowered) -> PteContents:
+    return read_pte(lowered.to_executorch().buffer)
+
+
+def asset_ir(delegate) -> str:
+    """The Core AI IR of a delegate's shipped asset."""
+    from coreai.authoring import AIModelAsset
+
+    with tempfile.TemporaryDirectory() as directory:
+        return str(AIModelAsset.load(delegate.asset_path(directory)).program)
+
+
+def run_delegate(delegate, *inputs: torch.Tensor, sidecar_dir=None) -> list[np.ndarray]:
+    """Run a delegate's shipped asset on the Core AI runtime, inputs in boundary order."""
+    with tempfile.TemporaryDirectory() as directory:
+        asset = LoadedAsset(delegate.asset_path(directory, sidecar_dir=sidecar_dir))
+        try:
+            outputs = asset(
+                {name: value.detach().numpy() for name, value in zip(asset.input_names, inputs)}
+            )
+            return [outputs[name] for name in asset.output_names]
+        finally:
+            asset.close()
+
+
+def assert_close(actual: np.ndarray, expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    np.testing.assert_allclose(actual, expected.detach().numpy(), rtol=rtol, atol=atol)
+
+
+def seeded(module: torch.nn.Module) -> torch.nn.Module:
+    """Give every RMSNorm a non-trivial weight, so a dropped scale shows."""
+    with torch.no_grad():
+        for sub in module.modules():
+            if isinstance(sub, RMSNorm):
+                sub.weight.uniform_(0.5, 1.5)
+    return module.eval()
+
+
+class TwoNorms(torch.nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.n1 = RMSNorm(dim)
+        self.lin = torch.nn.Linear(dim, dim)
+        self.n2 = RMSNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n2(self.lin(self.n1(x)))
+
+
+def count(ir: str, text: str) -> int:
+    return ir.count(text)
+
+

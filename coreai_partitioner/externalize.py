@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from torch.export import ExportedProgram
 
 from . import _compat
 from .call_sites import module_path
+from .specs import default_specs
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,12 @@ def externalize_modules(
     (quantize, rename nodes) before lowering it with
     ``CoreAIPartitioner(externalized_modules=records)``.
     """
-    _compat.patch_model_for_externalization(model, list(targets))
+    specs = [t if isinstance(t, _compat.ExternalizeSpec) else _compat.ExternalizeSpec(t) for t in targets]
+    _warn_on_unmatched(model, specs)
+    with warnings.catch_warnings():
+        # Replaced by _warn_on_unmatched, which knows default_specs() is a superset.
+        warnings.filterwarnings("ignore", message="externalize_modules: the following target")
+        _compat.patch_model_for_externalization(model, specs)
     try:
         exported_program = export_fn(model)
     except BaseException:
@@ -61,6 +68,44 @@ def externalize_modules(
         "externalized %d call site(s): %s", len(records), ", ".join(records.module_paths())
     )
     return exported_program, records
+
+
+def _warn_on_unmatched(model: torch.nn.Module, specs: list[_compat.ExternalizeSpec]) -> None:
+    """Warn when nothing matches, or when a spec of the caller's own matches nothing.
+
+    A default composite spec that matches nothing stays silent: ``default_specs()``
+    is a superset by design.
+    """
+    matched: set[int] = set()
+    for name, module in model.named_modules():
+        index = next((i for i, s in enumerate(specs) if name and isinstance(module, s.target_class)), None)
+        if index is not None:
+            matched.add(index)
+    if specs and not matched:
+        warnings.warn(
+            f"externalize_modules: none of the {len(specs)} target(s) "
+            f"({', '.join(s.target_class.__name__ for s in specs)}) matches a submodule of "
+            f"{type(model).__name__}, so nothing is externalized. Check the classes the "
+            "model really uses (print(model)), or swap its modules for "
+            "coreai_torch.composite_ops equivalents.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
+    defaults = {spec.target_class for spec in default_specs()}
+    unmatched = [
+        s.target_class.__name__
+        for i, s in enumerate(specs)
+        if i not in matched and s.target_class not in defaults
+    ]
+    if unmatched:
+        warnings.warn(
+            f"externalize_modules: target(s) {', '.join(unmatched)} match no submodule of "
+            f"{type(model).__name__}; they are not externalized. Check for a typo or a "
+            "stale class reference.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def check_records(records: Sequence[Any] | None) -> tuple[Any, ...]:

@@ -50,20 +50,26 @@ class _OperatorSupport(_compat.UpstreamOperatorSupport):
     Rejected call sites are kept with the reason, for the error that follows.
     """
 
-    def __init__(self, claimable: set[str]) -> None:
+    def __init__(self, claimable: set[str], unpaired_ops: set[str]) -> None:
         super().__init__(log=True)
         self._claimable = claimable
+        self._unpaired_ops = unpaired_ops
         self.rejected: dict[str, str] = {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
         if node.op != "call_function" or externalized_op_name(node.target) is None:
             return super().is_node_supported(submodules, node)
-        reason = self._rejection(node)
+        reason = self._rejection(node, externalized_op_name(node.target))
         if reason is not None:
             self.rejected[node.name] = reason
         return reason is None
 
-    def _rejection(self, node: torch.fx.Node) -> str | None:
+    def _rejection(self, node: torch.fx.Node, op_name: str) -> str | None:
+        if node.name not in self._claimable and op_name in self._unpaired_ops:
+            return (
+                "its call sites no longer pair one to one with its records (see the "
+                "UserWarning above); re-run externalize_modules on the transformed model"
+            )
         if node.name not in self._claimable:
             return (
                 "it has no record: pass the records externalize_modules returned for "
@@ -140,7 +146,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             if (op_name, node.name) in by_call_site
         }
 
-        support = _OperatorSupport(claimable)
+        support = _OperatorSupport(claimable, {m.op_name for m in resolution.mismatches})
         partitions = CapabilityBasedPartitioner(
             exported_program.graph_module, support, allows_single_node_partition=True
         ).propose_partitions()
@@ -151,7 +157,9 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag
             partition_tags[tag] = delegation_spec
-        _raise_on_undelegated_call_sites(call_sites, support.rejected, by_call_site)
+        _raise_on_undelegated_call_sites(
+            call_sites, support.rejected, {r.op_name: module_path(r) for r in self._records}
+        )
 
         lowering = LoweringRecords(resolution.records)
         self._lowerings.append(lowering)
@@ -185,7 +193,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
 def _raise_on_undelegated_call_sites(
     call_sites: dict[str, list[torch.fx.Node]],
     rejected: dict[str, str],
-    by_call_site: dict[tuple[str, str], Any],
+    paths_by_op: dict[str, str],
 ) -> None:
     """An externalized call site outside every delegate would be an un-runnable op."""
     problems = []
@@ -193,8 +201,7 @@ def _raise_on_undelegated_call_sites(
         for node in nodes:
             if "delegation_tag" in node.meta:
                 continue
-            record = by_call_site.get((op_name, node.name))
-            submodule = module_path(record) if record is not None else op_module_path(op_name)
+            submodule = paths_by_op.get(op_name) or op_module_path(op_name)
             problems.append(
                 f"  submodule '{submodule}' (op {EXTERNALIZE_NAMESPACE}::{op_name}, "
                 f"node {node.name}) is not delegated: "

@@ -1,0 +1,265 @@
+"""Externalized composites through to_edge_transform_and_lower, run on the Core AI runtime."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import (
+    TwoNorms,
+    asset_ir,
+    assert_close,
+    externalize,
+    lower,
+    run_delegate,
+    seeded,
+    to_pte,
+)
+from tiny_transformer import Block, TinyTransformer
+
+from coreai_partitioner import ExternalizeSpec, _compat, spec_for
+from coreai_torch.composite_ops import RMSNorm
+
+torch.manual_seed(0)
+
+
+def rename_every_call(exported_program, prefix: str = "renamed_"):
+    """A caller's transform between externalize_modules and lowering."""
+    for node in exported_program.graph.nodes:
+        if node.op == "call_function":
+            node.name = prefix + node.name
+    exported_program.graph_module.recompile()
+    return exported_program
+
+
+def test_two_rms_norms_survive_the_to_edge_rename_and_match_eager():
+    model = seeded(TwoNorms())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+
+    pte = to_pte(lower(ep, records))
+
+    (delegate,) = pte.delegates
+    assert delegate.backend_id == "CoreAICompositeBackend"
+    ir = asset_ir(delegate)
+    assert 'composite_declaration<"rms_norm"' in ir
+    assert "noinline" in ir
+    assert ir.count("coreai.invoke") == 2
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model(x))
+
+
+def test_renaming_transform_between_externalize_and_lowering_still_lowers():
+    model = seeded(TwoNorms())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+    rename_every_call(ep)
+
+    # Without re-resolution, the converter sees call sites no lowering is registered for.
+    with pytest.raises(ValueError, match="unable to handle call function op"):
+        _compat.TorchConverter().add_exported_program(
+            ep, _externalized_exported_programs=list(records)
+        ).to_coreai()
+
+    (delegate,) = to_pte(lower(ep, records)).delegates
+    assert asset_ir(delegate).count("coreai.invoke") == 2
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model(x))
+
+
+def test_records_are_not_mutated_and_lower_again():
+    model = seeded(TwoNorms())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+    before = [list(r.source_nodes) for r in records]
+
+    lower(ep, records)
+    assert [list(r.source_nodes) for r in records] == before
+
+    (delegate,) = to_pte(lower(ep, records)).delegates
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model(x))
+
+
+class DropsOneCallSite:
+    """A transform that removes the second call site of the shared norm (no rename)."""
+
+    def __call__(self, exported_program):
+        graph = exported_program.graph
+        sites = [n for n in graph.nodes if "coreai_torch_ext" in str(n.target)]
+        second = sites[1]
+        second.replace_all_uses_with(second.args[0])
+        graph.erase_node(second)
+        exported_program.graph_module.recompile()
+        return exported_program
+
+
+class SharedNorm(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = RMSNorm(16)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.norm(x), self.norm(y)
+
+
+def test_call_site_count_mismatch_warns_then_fails_naming_the_submodule():
+    model = seeded(SharedNorm())
+    x, y = torch.randn(2, 4, 16), torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x, y])
+    DropsOneCallSite()(ep)
+
+    # The recorded names are kept, and to_edge renamed the remaining call site,
+    # so it cannot be claimed: a clear error instead of the converter's.
+    with pytest.warns(UserWarning, match=r"'norm\.rmsnorm_impl'.*1 call site.*2 record"):
+        with pytest.raises(RuntimeError, match=r"'norm\.rmsnorm_impl'.*no longer pair one to one"):
+            lower(ep, records)
+
+
+def test_one_instance_called_twice_with_different_shapes():
+    model = seeded(SharedNorm())
+    x, y = torch.randn(2, 4, 16), torch.randn(3, 7, 16)
+    ep, records = externalize(model, [x, y])
+    assert len(records) == 2
+
+    (delegate,) = to_pte(lower(ep, records)).delegates
+
+    ir = asset_ir(delegate)
+    assert ir.count("coreai.invoke") == 2
+    assert "tensor<2x4x16xf32>" in ir and "tensor<3x7x16xf32>" in ir
+    out_x, out_y = run_delegate(delegate, x, y)
+    ref_x, ref_y = model(x, y)
+    assert_close(out_x, ref_x)
+    assert_close(out_y, ref_y)
+
+
+class OneBlock(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block(dim=32, heads=4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+def test_nested_externalization_block_around_composites():
+    model = seeded(OneBlock())
+    x = torch.randn(1, 8, 32)
+    specs = [ExternalizeSpec(Block), spec_for("rms_norm"), spec_for("scaled_dot_product_attention")]
+    ep, records = externalize(model, [x], specs)
+    assert sorted(records.module_paths()) == [
+        "block",
+        "block.attn.sdpa",
+        "block.attn_norm.rmsnorm_impl",
+        "block.mlp_norm.rmsnorm_impl",
+    ]
+
+    (delegate,) = to_pte(lower(ep, records)).delegates
+
+    ir = asset_ir(delegate)
+    assert ir.count("coreai.invoke") == 4  # the block in main, three composites inside it
+    assert 'composite_declaration<"rms_norm"' in ir
+    assert 'composite_declaration<"scaled_dot_product_attention"' in ir
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model(x))
+
+
+def test_mixed_composites_in_a_transformer():
+    model = TinyTransformer(layers=2, dim=32, heads=4, kv_heads=2).eval()
+    tokens = torch.randint(0, 128, (1, 12), dtype=torch.int32)
+    ep, records = externalize(model, [tokens])
+
+    (delegate,) = to_pte(lower(ep, records)).delegates
+
+    ir = asset_ir(delegate)
+    assert ir.count("coreai.invoke") == len(records) == 7
+    assert 'composite_declaration<"rms_norm"' in ir
+    assert 'composite_declaration<"scaled_dot_product_attention"' in ir
+    (out,) = run_delegate(delegate, tokens)
+    assert_close(out, model(tokens))
+
+
+class MyLeaf(torch.nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-3) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight / (x.abs().mean(-1, keepdim=True) + self.eps)
+
+
+class UsesMyLeaf(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = MyLeaf(16)
+        self.b = MyLeaf(16, eps=0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+def test_user_defined_composite():
+    model = UsesMyLeaf().eval()
+    x = torch.randn(2, 3, 16)
+    spec = ExternalizeSpec(MyLeaf, composite_op_name="my_leaf", composite_attrs=["eps"])
+    ep, records = externalize(model, [x], [spec])
+
+    (delegate,) = to_pte(lower(ep, records)).delegates
+
+    ir = asset_ir(delegate)
+    assert ir.count('composite_declaration<"my_leaf"') == 2  # eps differs: two declarations
+    assert ir.count("coreai.invoke") == 2
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model(x))
+
+
+def test_model_without_externalization_lowers_with_the_backend_fix_alone():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8)
+    ep = torch.export.export(model, (x,))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        (delegate,) = to_pte(lower(ep)).delegates
+
+    assert "coreai.invoke" not in asset_ir(delegate)
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model(x))
+
+
+class SplitBySort(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n1 = RMSNorm(16)
+        self.lin = torch.nn.Linear(16, 16)
+        self.n2 = RMSNorm(16)
+        self.n3 = RMSNorm(16)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n2(self.lin(self.n1(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n3(torch.sort(self.head(x), dim=-1).values)
+
+
+def test_graph_split_by_an_unsupported_op_yields_two_assets_each_with_its_own_composites():
+    model = seeded(SplitBySort())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+
+    pte = to_pte(lower(ep, records))
+
+    first, second = pte.delegates
+    assert first.manifest["hash"] != second.manifest["hash"]
+    first_ir, second_ir = asset_ir(first), asset_ir(second)
+    assert first_ir.count("coreai.invoke") == 2 and second_ir.count("coreai.invoke") == 1
+    assert "n3.rmsnorm_impl" in second_ir and "n3.rmsnorm_impl" not in first_ir
+    assert "n1.rmsnorm_impl" in first_ir and "n1.rmsnorm_impl" not in second_ir
+
+    head = model.head(x)
+    (out_first,) = run_delegate(first, x)
+    assert_close(out_first, head)
+    (out_second,) = run_delegate(second, torch.sort(head, dim=-1).values)
+    assert_close(out_second, model(x))

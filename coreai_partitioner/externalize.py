@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +33,19 @@ class ExternalizedModules(list):
         """The submodule path of every call site, in preparation order."""
         return [module_path(record) for record in self]
 
+    def __reduce__(self) -> tuple:
+        # Sub-exported programs do not survive pickling, and their custom ops exist
+        # only in this process: what travels is enough for a clear error.
+        return (PickledRecords, (tuple(self.module_paths()), os.getpid()))
+
+
+class PickledRecords:
+    """What unpickling :class:`ExternalizedModules` gives: a note, not records."""
+
+    def __init__(self, module_paths: tuple[str, ...], pid: int) -> None:
+        self.module_paths = module_paths
+        self.pid = pid
+
 
 def externalize_modules(
     model: torch.nn.Module,
@@ -53,6 +68,18 @@ def externalize_modules(
     """
     specs = [t if isinstance(t, _compat.ExternalizeSpec) else _compat.ExternalizeSpec(t) for t in targets]
     _warn_on_unmatched(model, specs)
+    own_forwards = {id(m) for m in model.modules() if "forward" in vars(m)}
+    try:
+        return _externalize(model, specs, export_fn)
+    finally:
+        _drop_restored_forwards(model, own_forwards)
+
+
+def _externalize(
+    model: torch.nn.Module,
+    specs: list[_compat.ExternalizeSpec],
+    export_fn: Callable[[torch.nn.Module], ExportedProgram],
+) -> tuple[ExportedProgram, ExternalizedModules]:
     with warnings.catch_warnings():
         # Replaced by _warn_on_unmatched, which knows default_specs() is a superset.
         warnings.filterwarnings("ignore", message="externalize_modules: the following target")
@@ -62,12 +89,41 @@ def externalize_modules(
     except BaseException:
         _compat.restore_externalized(_compat.find_marked_submodules(model))
         raise
-    # Restores every patched forward in its own ``finally``.
-    records = ExternalizedModules(_compat.subexport_and_restore(model, exported_program))
+    # coreai-torch reads example sizes with int(SymInt), which would specialize the
+    # caller's dynamic dims for good; suppressing guards keeps them dynamic.
+    shape_env = _shape_env(exported_program)
+    with shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
+        # Restores every patched forward in its own ``finally``.
+        records = ExternalizedModules(_compat.subexport_and_restore(model, exported_program))
     logger.info(
         "externalized %d call site(s): %s", len(records), ", ".join(records.module_paths())
     )
     return exported_program, records
+
+
+def _drop_restored_forwards(model: torch.nn.Module, own_forwards: set[int]) -> None:
+    """Remove the instance ``forward`` coreai-torch's restore leaves behind.
+
+    It restores by assigning the bound class method to the instance, which
+    still shadows the class; a module that had no ``forward`` of its own gets
+    none back.
+    """
+    for module in model.modules():
+        forward = vars(module).get("forward")
+        if (
+            id(module) not in own_forwards
+            and getattr(forward, "__self__", None) is module
+            and getattr(forward, "__func__", None) is type(module).forward
+        ):
+            del module.forward
+
+
+def _shape_env(exported_program: ExportedProgram) -> Any:
+    for node in exported_program.graph.nodes:
+        fake_mode = getattr(node.meta.get("val"), "fake_mode", None)
+        if fake_mode is not None and fake_mode.shape_env is not None:
+            return fake_mode.shape_env
+    return None
 
 
 def _warn_on_unmatched(model: torch.nn.Module, specs: list[_compat.ExternalizeSpec]) -> None:
@@ -112,6 +168,14 @@ def check_records(records: Sequence[Any] | None) -> tuple[Any, ...]:
     """``records`` as a tuple, after checking they can be lowered in this process."""
     if records is None:
         return ()
+    if isinstance(records, PickledRecords):
+        raise RuntimeError(
+            f"these records ({', '.join(records.module_paths) or 'none'}) were pickled in "
+            f"process {records.pid}. Records are build-time state: they hold the "
+            "sub-exported programs and name custom ops that torch.library registered in "
+            "that process only. Call externalize_modules in the process that lowers the "
+            "model, and pass its records directly."
+        )
     if isinstance(records, (_compat.ExternalizedProgram, ExportedProgram)) or not isinstance(
         records, Sequence
     ):

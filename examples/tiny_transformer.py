@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coreai_partitioner import _compat  # noqa: F401  (imports coreai_torch without its torch-version warning)
 from coreai_torch.composite_ops import RMSNorm, SDPA
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 import torch
 from coreai_torch import get_decomp_table
@@ -18,6 +16,7 @@ from coreai_partitioner import (
     get_default_compile_config,
     get_default_passes,
 )
+from coreai_partitioner import assets
 from coreai_partitioner.pte import PteContents, read_pte
 from coreai_partitioner.runtime import LoadedAsset
 from coreai_torch.composite_ops import RMSNorm
@@ -44,12 +43,10 @@ def to_pte(lowered) -> PteContents:
     return read_pte(lowered.to_executorch().buffer)
 
 
-def asset_ir(delegate) -> str:
+def asset_ir(delegate, sidecar_dir=None) -> str:
     """The Core AI IR of a delegate's shipped asset."""
-    from coreai.authoring import AIModelAsset
-
     with tempfile.TemporaryDirectory() as directory:
-        return str(AIModelAsset.load(delegate.asset_path(directory)).program)
+        return assets.asset_ir(delegate.asset_path(directory, sidecar_dir=sidecar_dir))
 
 
 def run_delegate(delegate, *inputs: torch.Tensor, sidecar_dir=None) -> list[np.ndarray]:
@@ -87,9 +84,5 @@ class TwoNorms(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.n2(self.lin(self.n1(x)))
-
-
-def count(ir: str, text: str) -> int:
-    return ir.count(text)
 
 

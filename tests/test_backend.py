@@ -1,0 +1,234 @@
+"""The partitioner's and backend's contract: ids, build-time records, options, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from executorch.exir import to_edge
+from helpers import TwoNorms, asset_ir, assert_close, externalize, lower, run_delegate, seeded, to_pte
+
+from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_compile_config
+from coreai_partitioner.backends.apple_coreai import BACKEND_ID, CoreAICompositeBackend
+from coreai_partitioner.build_records import CALL_SITE_KEY
+from coreai_torch.composite_ops import RMSNorm
+
+torch.manual_seed(0)
+
+
+def two_norms():
+    model = seeded(TwoNorms())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+    return model, x, ep, records
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+LOWER_IN_SUBPROCESS = """
+    import torch
+    from coreai_torch.composite_ops import RMSNorm
+    from executorch.exir import to_edge_transform_and_lower
+    from coreai_partitioner import CoreAIPartitioner, externalize_modules, default_specs, get_default_compile_config
+    from coreai_torch import get_decomp_table
+    from executorch.exir.backend.backend_details import BackendDetails
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = RMSNorm(8)
+        def forward(self, x):
+            return self.norm(x)
+
+    x = torch.randn(2, 8)
+    ep, records = externalize_modules(M(), default_specs(), export_fn=lambda m: torch.export.export(m, (x,)).run_decompositions(get_decomp_table()))
+    program = to_edge_transform_and_lower(ep, partitioner=[CoreAIPartitioner(externalized_modules=records)], compile_config=get_default_compile_config()).to_executorch()
+    ids = [d.id for plan in program.executorch_program.execution_plan for d in plan.delegates]
+    names = [c.__name__ for c in BackendDetails.__subclasses__()]
+    print(ids, names.count("CoreAICompositeBackend"), "CoreAIBackend" in names)
+"""
+
+
+@pytest.mark.parametrize("upstream_first", [True, False])
+def test_backend_id_resolves_to_this_backend_whatever_the_import_order(upstream_first):
+    upstream = "import executorch.backends.apple.coreai.compiler.preprocess\n"
+    ours = "import coreai_partitioner\n"
+    prelude = upstream + ours if upstream_first else ours + upstream
+    result = run_python(prelude + textwrap.dedent(LOWER_IN_SUBPROCESS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "['CoreAICompositeBackend'] 1 True"
+
+
+def test_backend_id_is_a_unique_direct_backend_details_subclass():
+    from executorch.exir.backend.backend_details import BackendDetails
+
+    assert BACKEND_ID == "CoreAICompositeBackend"
+    by_name = [c for c in BackendDetails.__subclasses__() if c.__name__ == BACKEND_ID]
+    assert by_name == [CoreAICompositeBackend]
+
+
+def test_records_are_not_serialized_into_the_pte():
+    _, _, ep, records = two_norms()
+    program = lower(ep, records).to_executorch()
+    pte = bytes(program.buffer)
+
+    delegates = [d for plan in program.executorch_program.execution_plan for d in plan.delegates]
+    assert [list(d.compile_specs) for d in delegates] == [[]]
+    assert CALL_SITE_KEY.encode() not in pte
+
+
+def test_call_site_without_a_record_fails_naming_the_op_the_submodule_and_the_fix():
+    _, _, ep, _ = two_norms()
+    with pytest.raises(RuntimeError) as error:
+        lower(ep, None)
+    message = str(error.value)
+    assert "coreai_torch_ext::n1_rmsnorm_impl_" in message
+    assert "'n1_rmsnorm_impl'" in message  # the submodule path, as far as the op name tells
+    assert "externalized_modules=records" in message
+
+
+def test_records_pickled_elsewhere_give_a_clear_error():
+    _, _, _, records = two_norms()
+    unpickled = pickle.loads(pickle.dumps(records))
+    with pytest.raises(RuntimeError, match=r"n1\.rmsnorm_impl.*pickled in process.*externalize_modules in the process that lowers"):
+        CoreAIPartitioner(externalized_modules=unpickled)
+
+
+def test_records_whose_ops_are_not_registered_here_give_a_clear_error():
+    _, _, _, records = two_norms()
+    stale = [type(records[0])(**{**vars(records[0]), "op_name": "never_registered_0123abcd"})]
+    with pytest.raises(RuntimeError, match="not registered in this process"):
+        CoreAIPartitioner(externalized_modules=stale)
+
+
+class MarkCallSitesDoNotDelegate:
+    def __call__(self, graph_module):
+        for node in graph_module.graph.nodes:
+            if "coreai_torch_ext" in str(node.target):
+                do_not_delegate(node)
+        return None
+
+
+def test_call_site_marked_do_not_delegate_is_never_left_as_an_unrunnable_op():
+    from executorch.exir import to_edge_transform_and_lower
+
+    _, _, ep, records = two_norms()
+    with pytest.raises(RuntimeError, match=r"'n1\.rmsnorm_impl'.*do_not_delegate"):
+        to_edge_transform_and_lower(
+            ep,
+            partitioner=[CoreAIPartitioner(externalized_modules=records)],
+            compile_config=get_default_compile_config(),
+            transform_passes=[MarkCallSitesDoNotDelegate()],
+        )
+
+
+def test_legacy_to_edge_then_to_backend_keeps_upstreams_clear_error():
+    _, _, ep, records = two_norms()
+    edge = to_edge(ep, compile_config=get_default_compile_config())
+    with pytest.raises(RuntimeError, match="must be used with to_edge_transform_and_lower"):
+        edge.to_backend(CoreAIPartitioner(externalized_modules=records))
+
+
+def test_sidecar_delivery_writes_the_asset_beside_the_pte_and_runs(tmp_path):
+    from executorch.backends.apple.coreai import coreai_sidecar_dir
+
+    model, x, ep, records = two_norms()
+    with coreai_sidecar_dir(str(tmp_path)):
+        pte = to_pte(lower(ep, records, uses_sidecar=True))
+
+    (delegate,) = pte.delegates
+    assert delegate.packaging == "sidecar" and delegate.files == {}
+    assert (tmp_path / delegate.manifest["path"] / "main.mlirb").is_file()
+    (out,) = run_delegate(delegate, x, sidecar_dir=tmp_path)
+    assert_close(out, model(x))
+
+
+def test_sidecar_directory_left_by_an_earlier_build_is_rejected(tmp_path):
+    from executorch.backends.apple.coreai import coreai_sidecar_dir
+
+    _, _, ep, records = two_norms()
+    (tmp_path / "0123").mkdir()
+    with pytest.raises(RuntimeError, match="already holds assets"):
+        with coreai_sidecar_dir(str(tmp_path)):
+            lower(ep, records, uses_sidecar=True)
+
+
+def test_sidecar_without_its_directory_fails_before_writing_anything(monkeypatch):
+    _, _, ep, records = two_norms()
+    monkeypatch.delenv("COREAI_SIDECAR_DIR", raising=False)
+    with pytest.raises(ValueError, match="COREAI_SIDECAR_DIR"):
+        lower(ep, records, uses_sidecar=True)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="xcrun exists on macOS")
+def test_aot_compilation_off_macos_fails_at_once_with_a_clear_error():
+    from executorch.backends.apple.coreai import AOTCompileConfig
+
+    with pytest.raises(RuntimeError, match="xcrun coreai-build.*macOS.*Drop aot_compile_config"):
+        CoreAIPartitioner(aot_compile_config=AOTCompileConfig(platform="iOS"))
+
+
+def test_min_deployment_version_reaches_the_manifest():
+    _, _, ep, records = two_norms()
+    (delegate,) = to_pte(lower(ep, records, min_deployment_version="27")).delegates
+    assert delegate.manifest["min_deployment_version"] == "27.0"
+    compile_specs = lower(ep, records, min_deployment_version="27").to_executorch()
+    (spec,) = compile_specs.executorch_program.execution_plan[0].delegates[0].compile_specs
+    assert (spec.key, bytes(spec.value)) == ("coreai_min_deployment_version", b"27")
+
+
+def test_unknown_min_deployment_version_is_rejected():
+    _, _, ep, records = two_norms()
+    with pytest.raises(ValueError, match="unsupported min_deployment_version"):
+        lower(ep, records, min_deployment_version="12")
+
+
+class Dynamic(torch.nn.Module):
+    """No reshape, so a dynamic sequence length keeps it one delegate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n1 = RMSNorm(16)
+        self.n2 = RMSNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n2(torch.tanh(self.n1(x)))
+
+
+def test_input_enumerations_specialize_the_delegate_per_shape():
+    from coreai_torch import get_decomp_table
+
+    from coreai_partitioner import default_specs, externalize_modules
+
+    model = seeded(Dynamic())
+    x = torch.randn(2, 8, 16)
+    seq = torch.export.Dim("seq", min=2, max=64)
+    ep, records = externalize_modules(
+        model,
+        default_specs(),
+        export_fn=lambda m: torch.export.export(m, (x,), dynamic_shapes=({1: seq},)).run_decompositions(
+            get_decomp_table()
+        ),
+    )
+
+    (delegate,) = to_pte(lower(ep, records, input_enumerations=[{1: [4, 8]}])).delegates
+
+    ir = asset_ir(delegate)
+    specialized = [line for line in ir.splitlines() if line.lstrip().startswith("coreai.graph @main")]
+    assert len(specialized) == 2, specialized
+    assert "tensor<2x4x16xf32>" in ir and "tensor<2x8x16xf32>" in ir
+    assert ir.count("coreai.invoke") == 4  # two call sites in each specialization
+    assert json.loads(delegate.payload)["packaging"] == "inline"

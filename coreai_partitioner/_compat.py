@@ -32,7 +32,8 @@ from executorch.backends.apple.coreai.compiler.enumerated_shapes import (
     resolve_input_enumerations,
 )
 from executorch.backends.apple.coreai.compiler.io_compat import (
-    assert_io_compatible as _assert_io_compatible,
+    _edge_io as edge_io,
+    io_mismatches,
 )
 from executorch.backends.apple.coreai.compiler.preprocess import (
     COMPILE_SPEC_KEYS,
@@ -70,15 +71,16 @@ __all__ = [
     "UpstreamOperatorSupport",
     "aot_compile_options",
     "apply_enumerated_shapes",
-    "assert_io_compatible",
     "deliver_aot_compiled",
     "deliver_portable",
     "deserialize_pte_binary",
     "do_not_delegate",
+    "edge_io",
     "find_marked_submodules",
     "get_compile_spec",
     "get_default_compile_config",
     "get_default_passes",
+    "io_mismatches",
     "maybe_warn_sidecar_env_ignored",
     "min_os_version",
     "node_tensor_vals",
@@ -91,7 +93,7 @@ __all__ = [
 
 class _GetGraphProgram:
     """An ``AIProgram`` with ``get_graph``: coreai-core 1.0.0b3 renamed it ``_get_graph``
-    and upstream's io_compat and enumerated_shapes still call the old name."""
+    and upstream's enumerated_shapes still calls the old name."""
 
     def __init__(self, program: Any) -> None:
         self._program = program
@@ -101,11 +103,6 @@ class _GetGraphProgram:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._program, name)
-
-
-def assert_io_compatible(program: Any, edge_program: Any) -> None:
-    """Upstream's delegate-boundary check, on a coreai-core 1.0.0b3 ``AIProgram``."""
-    _assert_io_compatible(_GetGraphProgram(program), edge_program)
 
 
 def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict) -> None:

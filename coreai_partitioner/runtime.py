@@ -34,7 +34,11 @@ def _run(coroutine: Any) -> Any:
 
 
 class LoadedAsset:
-    """A Core AI asset loaded for execution (compiled once, callable many times)."""
+    """A Core AI asset loaded for execution: compiled once, callable many times.
+
+    The asset directory may be deleted once this object exists; the runtime
+    works from its own compiled copy until :meth:`close`.
+    """
 
     def __init__(self, path: str | os.PathLike, function: str = "main") -> None:
         from coreai.authoring import AIModelAsset
@@ -48,22 +52,41 @@ class LoadedAsset:
         self.output_names: list[str] = list(desc.output_names)
         self.state_names: list[str] = list(desc.state_names)
         _open_assets.add(self)
-        logger.info("loaded Core AI asset %s", self.path)
+        logger.info("compiled Core AI asset %s", self.path)
+
+    def new_state(self, initial: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+        """State arrays for this asset, which the runtime updates in place on every call.
+
+        A state without an initial value starts at zero, shaped as the asset declares it.
+        """
+        from coreai.runtime import NDArray
+
+        initial = initial or {}
+        state = {}
+        for name in self.state_names:
+            if name in initial:
+                value = np.ascontiguousarray(initial[name])
+            else:
+                desc = self._function.desc.state_descriptor(name)
+                value = np.zeros(tuple(desc.shape), dtype=np.dtype(desc.dtype))
+            state[name] = NDArray(value)
+        return state
 
     def __call__(
         self,
         inputs: Mapping[str, np.ndarray],
-        state: Mapping[str, np.ndarray] | None = None,
+        state: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run the function; ``state`` arrays are updated in place by the runtime."""
+        """Run the function once; ``state`` (from :meth:`new_state`) carries over between calls."""
         from coreai.runtime import NDArray
 
+        if self.state_names and state is None:
+            raise ValueError(
+                f"the asset at {self.path} is stateful ({', '.join(self.state_names)}); "
+                "pass state=asset.new_state(...)"
+            )
         arrays = {name: NDArray(np.ascontiguousarray(value)) for name, value in inputs.items()}
-        states = {name: NDArray(value) for name, value in (state or {}).items()}
-        outputs = _run(self._function(arrays, state=states))
-        if state is not None:
-            for name, value in states.items():
-                np.copyto(state[name], value.numpy())
+        outputs = _run(self._function(arrays, state=dict(state or {})))
         return {name: value.numpy() for name, value in outputs.items()}
 
     def close(self) -> None:

@@ -3,7 +3,8 @@
 It differs from ``executorch.backends.apple.coreai.CoreAIBackend`` in two
 places only: conversion hands each delegate's composite records to the
 converter, and the boundary checks run on coreai-core 1.0.0b3's ``AIProgram``
-(upstream calls the removed ``AIProgram.get_graph``).  Delivery (inline named
+(upstream calls the removed ``AIProgram.get_graph``) and understand Core AI
+state (see ``io_compat``).  Delivery (inline named
 data under ``coreai/<hash>/``, sidecar through ``COREAI_SIDECAR_DIR``, AOT
 ``.aimodelc`` through ``xcrun coreai-build``) is upstream's own code.
 """
@@ -22,6 +23,7 @@ from coreai_partitioner import _compat
 from coreai_partitioner.build_records import records_for_delegate
 
 from .convert import convert, to_aten_in_place
+from .io_compat import assert_io_compatible
 
 _KEYS = _compat.COMPILE_SPEC_KEYS
 
@@ -44,7 +46,7 @@ class CoreAICompositeBackend(BackendDetails):
         records = records_for_delegate(edge_program.graph)
         program = convert(to_aten_in_place(edge_program), records)
 
-        _compat.assert_io_compatible(program, edge_program)
+        assert_io_compatible(program, edge_program)
         raw_enumerations = _compat.get_compile_spec(compile_specs, _KEYS.INPUT_ENUMERATIONS)
         if raw_enumerations:
             _compat.apply_enumerated_shapes(

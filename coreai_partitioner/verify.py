@@ -1,0 +1,399 @@
+"""Run lowered programs on the Core AI runtime and compare them with eager PyTorch.
+
+Every Core AI delegate runs from the asset that actually ships: the bytes in
+the ``.pte``'s named data (or the lowered module's, before serialization), or
+the sidecar directory.  Nothing is converted again.  Operators outside the
+delegates run in PyTorch, so partially delegated programs run end to end.
+
+    from coreai_partitioner import verify
+    outputs = verify.run(lowered, tokens)               # Core AI + PyTorch
+    report = verify.check(lowered, model, tokens)       # against eager
+    report.raise_for_mismatch()
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .pte import Delegate, PteContents, read_pte
+from .runtime import LoadedAsset
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Report",
+    "UnsupportedProgram",
+    "check",
+    "clear_cache",
+    "compiled_assets",
+    "reset_state",
+    "run",
+]
+
+
+class UnsupportedProgram(ValueError):
+    """The program cannot be run here; the message says what is supported."""
+
+
+# ---------------------------------------------------------------- assets
+
+
+_compiled: dict[str, LoadedAsset] = {}
+
+
+def compiled_assets() -> int:
+    """How many distinct assets this process has compiled (and keeps) for running."""
+    return len(_compiled)
+
+
+def clear_cache() -> None:
+    """Release every compiled asset and every carried state."""
+    for asset in _compiled.values():
+        asset.close()
+    _compiled.clear()
+    _states.clear()
+    _pte_states.clear()
+
+
+def _load(manifest: dict[str, Any], files: dict[str, bytes], sidecar_dir: str | os.PathLike | None) -> LoadedAsset:
+    """The compiled asset of a delegate, compiled at most once per process."""
+    key = manifest["hash"]
+    asset = _compiled.get(key)
+    if asset is None:
+        delegate = Delegate("", 0, "", b"", manifest, files)
+        with tempfile.TemporaryDirectory() as directory:
+            sidecar = sidecar_dir if sidecar_dir is not None else os.environ.get("COREAI_SIDECAR_DIR")
+            asset = _compiled[key] = LoadedAsset(delegate.asset_path(directory, sidecar_dir=sidecar))
+    return asset
+
+
+def _run_asset(asset: LoadedAsset, inputs: Sequence[torch.Tensor], state: dict | None) -> list[torch.Tensor]:
+    if len(inputs) != len(asset.input_names):
+        raise UnsupportedProgram(
+            f"the Core AI asset takes {len(asset.input_names)} input(s) "
+            f"({', '.join(asset.input_names)}), the program gives it {len(inputs)}"
+        )
+    arrays = {name: _to_numpy(value) for name, value in zip(asset.input_names, inputs)}
+    outputs = asset(arrays, state)
+    return [torch.from_numpy(np.array(outputs[name])) for name in asset.output_names]
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if not isinstance(value, torch.Tensor):
+        raise UnsupportedProgram(f"a Core AI delegate takes tensors, got {type(value).__name__}")
+    return value.detach().cpu().contiguous().numpy()
+
+
+# ---------------------------------------------------------------- in-memory programs
+
+
+_states: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _named_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
+    """A delegate's asset files from a NamedDataStoreOutput, by path under ``<hash>/``."""
+    if named_data is None:
+        return {}
+    prefix = f"coreai/{model_hash}/"
+    return {
+        key[len(prefix) :]: bytes(named_data.buffers[entry.buffer_index])
+        for key, entry in named_data.pte_data.items()
+        if key.startswith(prefix)
+    }
+
+
+def _initial_state(lowered_module: Any) -> dict[str, np.ndarray]:
+    """The values the delegate's mutable buffers start from, by Core AI state name."""
+    program = lowered_module.original_module
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    state = {}
+    for spec in signature.input_specs:
+        if spec.target in mutated:
+            value = program.state_dict.get(spec.target, program.constants.get(spec.target))
+            if value is not None:
+                state[spec.arg.name] = value.detach().cpu().numpy()
+    return state
+
+
+class _DelegateRunner(torch.fx.Interpreter):
+    """Runs a lowered graph in PyTorch, sending each delegate call to the Core AI runtime."""
+
+    def __init__(self, module: torch.fx.GraphModule, files_for: Callable[[Any, dict], dict], sidecar_dir: Any) -> None:
+        super().__init__(module)
+        self._files_for = files_for
+        self._sidecar_dir = sidecar_dir
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        if target is not torch.ops.higher_order.executorch_call_delegate:
+            return super().call_function(target, args, kwargs)
+        lowered_module, *inputs = args
+        manifest = _coreai_manifest(lowered_module.backend_id, lowered_module.processed_bytes)
+        asset = _load(manifest, self._files_for(lowered_module, manifest), self._sidecar_dir)
+        state = None
+        if asset.state_names:
+            state = _states.get(lowered_module)
+            if state is None:
+                state = _states[lowered_module] = asset.new_state(_initial_state(lowered_module))
+        return tuple(_run_asset(asset, inputs, state))
+
+
+def _coreai_manifest(backend_id: str, payload: bytes) -> dict[str, Any]:
+    from .pte import COREAI_BACKEND_IDS
+
+    if backend_id not in COREAI_BACKEND_IDS:
+        raise UnsupportedProgram(
+            f"the program has a {backend_id} delegate; only Core AI delegates "
+            f"({', '.join(COREAI_BACKEND_IDS)}) can run here"
+        )
+    return json.loads(bytes(payload).decode("utf-8"))
+
+
+def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
+    if hasattr(program, "buffer"):  # ExecutorchProgramManager: take assets from its .pte bytes
+        shipped = read_pte(program.buffer)
+        by_hash = {d.manifest["hash"]: d.files for d in shipped.delegates if d.is_coreai}
+
+        def files_for(_lowered: Any, manifest: dict) -> dict:
+            return by_hash.get(manifest["hash"], {})
+    else:
+
+        def files_for(lowered: Any, manifest: dict) -> dict:
+            return _named_files(lowered.named_data_store_output, manifest["hash"])
+
+    try:
+        exported_program = program.exported_program(method)
+    except KeyError:
+        raise UnsupportedProgram(f"the program has no method {method!r}") from None
+    with torch.no_grad():
+        outputs = _DelegateRunner(exported_program.module(), files_for, sidecar_dir).run(*inputs)
+    return _as_tuple(outputs)
+
+
+# ---------------------------------------------------------------- .pte files
+
+
+_pte_states: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+
+def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
+    from executorch.exir.schema import DelegateCall
+
+    from ._compat import deserialize_pte_binary
+
+    contents: PteContents = read_pte(data)
+    if method not in contents.methods:
+        raise UnsupportedProgram(f"the .pte has no method {method!r}; it has {', '.join(contents.methods)}")
+    plan = next(p for p in deserialize_pte_binary(data).program.execution_plan if p.name == method)
+    instructions = [i for chain in plan.chains for i in chain.instructions]
+    delegates = contents.coreai_delegates(method)
+    if len(instructions) != 1 or not isinstance(instructions[0].instr_args, DelegateCall) or len(delegates) != 1:
+        raise UnsupportedProgram(
+            f"method {method!r} of this .pte is not one Core AI delegate call "
+            f"({len(instructions)} instruction(s), {len(delegates)} Core AI delegate(s)). "
+            "A .pte file runs here only when each method is one Core AI delegate call; "
+            "run the in-memory program (what to_edge_transform_and_lower or "
+            "to_executorch returned) to execute the operators outside the delegates in PyTorch."
+        )
+    (delegate,) = delegates
+    asset = _load(delegate.manifest, delegate.files, sidecar_dir)
+    args = list(instructions[0].instr_args.args)
+    delegate_inputs, delegate_outputs = args[: len(asset.input_names)], args[len(asset.input_names) :]
+    if list(plan.inputs) != delegate_inputs or list(plan.outputs) != delegate_outputs:
+        raise UnsupportedProgram(
+            f"method {method!r} feeds its delegate in another order than its own inputs; "
+            "run the in-memory program instead"
+        )
+    state = None
+    if asset.state_names:
+        key = (hashlib.sha256(data).hexdigest(), method, delegate.index)
+        if key not in _pte_states:
+            # The .pte holds no initial value for a buffer the delegate owns: it starts at zero.
+            _pte_states[key] = asset.new_state()
+        state = _pte_states[key]
+    return tuple(_run_asset(asset, inputs, state))
+
+
+# ---------------------------------------------------------------- public API
+
+
+def run(
+    program: Any,
+    *inputs: Any,
+    method: str = "forward",
+    sidecar_dir: str | os.PathLike | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """Run ``program`` on ``inputs``: Core AI delegates on the Core AI runtime, the rest in PyTorch.
+
+    ``program`` is what ``to_edge_transform_and_lower`` returns, the
+    ``ExecutorchProgramManager`` after ``to_executorch()``, or a ``.pte``
+    (bytes or path; each method must then be one Core AI delegate call).
+    State of stateful delegates (mutable buffers they took over) carries over
+    from call to call on the same program; :func:`reset_state` starts over.
+    Sidecar assets are read from ``sidecar_dir``, by default ``$COREAI_SIDECAR_DIR``.
+    """
+    if isinstance(program, (bytes, bytearray, memoryview)):
+        return _run_pte(bytes(program), inputs, method, sidecar_dir)
+    if isinstance(program, (str, os.PathLike)):
+        path = Path(program)
+        return _run_pte(path.read_bytes(), inputs, method, sidecar_dir if sidecar_dir is not None else path.parent)
+    if hasattr(program, "exported_program"):
+        return _run_in_memory(program, inputs, method, sidecar_dir)
+    raise UnsupportedProgram(
+        f"cannot run a {type(program).__name__}: pass what to_edge_transform_and_lower "
+        "returned, its to_executorch() result, or a .pte (bytes or path)"
+    )
+
+
+def reset_state(program: Any = None) -> None:
+    """Forget the carried state of ``program``'s delegates (of every program if None)."""
+    if program is None:
+        _states.clear()
+        _pte_states.clear()
+        return
+    if isinstance(program, (bytes, bytearray, memoryview, str, os.PathLike)):
+        data = bytes(program) if not isinstance(program, (str, os.PathLike)) else Path(program).read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        for key in [k for k in _pte_states if k[0] == digest]:
+            del _pte_states[key]
+        return
+    from executorch.exir.lowered_backend_module import get_lowered_backend_modules
+
+    for method in program.methods:
+        for lowered in get_lowered_backend_modules(program.exported_program(method).graph_module):
+            _states.pop(lowered, None)
+
+
+def _as_tuple(outputs: Any) -> tuple[torch.Tensor, ...]:
+    if isinstance(outputs, torch.Tensor):
+        return (outputs,)
+    flat, _ = torch.utils._pytree.tree_flatten(outputs)
+    return tuple(flat)
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def default_tolerances(dtype: torch.dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for comparing an output of ``dtype`` with eager PyTorch."""
+    if dtype in (torch.float16,):
+        return 1e-2, 1e-2
+    if dtype in (torch.bfloat16,):
+        return 2e-2, 2e-2
+    if dtype.is_floating_point:
+        return 1e-4, 1e-5
+    return 0.0, 0.0
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    index: int
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    max_abs_error: float
+    max_rel_error: float
+    rtol: float
+    atol: float
+    mismatched: int
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.note and self.mismatched == 0
+
+
+@dataclass(frozen=True)
+class Report:
+    """Per-output comparison of a lowered program with its reference."""
+
+    outputs: tuple[OutputComparison, ...]
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.note and all(o.ok for o in self.outputs)
+
+    def __str__(self) -> str:
+        header = f"{'output':>6}  {'shape':<18} {'dtype':<9} {'max abs err':>11} {'max rel err':>11} {'rtol':>7} {'atol':>7}  result"
+        lines = [header, "-" * len(header)]
+        for o in self.outputs:
+            result = "ok" if o.ok else (o.note or f"MISMATCH ({o.mismatched} element(s) out of tolerance)")
+            lines.append(
+                f"{o.index:>6}  {str(tuple(o.shape)):<18} {str(o.dtype).replace('torch.', ''):<9} "
+                f"{o.max_abs_error:>11.3e} {o.max_rel_error:>11.3e} {o.rtol:>7.0e} {o.atol:>7.0e}  {result}"
+            )
+        if self.note:
+            lines.append(self.note)
+        lines.append("ok" if self.ok else "NOT OK")
+        return "\n".join(lines)
+
+    def raise_for_mismatch(self) -> None:
+        """Raise ``AssertionError`` with the table when any output is out of tolerance."""
+        if not self.ok:
+            raise AssertionError("lowered program does not match its reference:\n" + str(self))
+
+
+def compare(
+    actual: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> Report:
+    """Compare outputs element-wise: ``|actual - expected| <= atol + rtol * |expected|``."""
+    rows = []
+    for index, (a, e) in enumerate(zip(actual, expected)):
+        e = e.detach().cpu()
+        a = a.detach().cpu()
+        default_rtol, default_atol = default_tolerances(e.dtype)
+        r = default_rtol if rtol is None else rtol
+        t = default_atol if atol is None else atol
+        if a.shape != e.shape:
+            rows.append(OutputComparison(index, tuple(e.shape), e.dtype, float("inf"), float("inf"), r, t, a.numel(), f"shape {tuple(a.shape)} != {tuple(e.shape)}"))
+            continue
+        a64, e64 = a.to(torch.float64), e.to(torch.float64)
+        diff = (a64 - e64).abs()
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        scale = float(e64.abs().max()) if e64.numel() else 0.0
+        max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+        mismatched = int((diff > t + r * e64.abs()).sum()) + int(torch.isnan(a64).ne(torch.isnan(e64)).sum())
+        note = "" if a.dtype == e.dtype else f"dtype {a.dtype} != {e.dtype}"
+        rows.append(OutputComparison(index, tuple(e.shape), e.dtype, max_abs, max_rel, r, t, mismatched, note))
+    note = ""
+    if len(actual) != len(expected):
+        note = f"the program returns {len(actual)} output(s), the reference {len(expected)}"
+    return Report(tuple(rows), note)
+
+
+def check(
+    program: Any,
+    reference: Callable[..., Any] | Sequence[torch.Tensor] | torch.Tensor,
+    *inputs: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    method: str = "forward",
+    sidecar_dir: str | os.PathLike | None = None,
+) -> Report:
+    """Run ``program`` (see :func:`run`) and compare it with ``reference(*inputs)``.
+
+    ``reference`` is the eager module, any callable, or the expected outputs.
+    Default tolerances follow each output's dtype (fp32 tighter than fp16/bf16).
+    """
+    actual = run(program, *inputs, method=method, sidecar_dir=sidecar_dir)
+    if callable(reference):
+        with torch.no_grad():
+            expected = _as_tuple(reference(*inputs))
+    else:
+        expected = _as_tuple(reference)
+    return compare(actual, expected, rtol, atol)

@@ -29,6 +29,10 @@ The path of a record, from the model to the converter:
    ``TorchConverter.add_exported_program(..., _externalized_exported_programs=...)``,
    converts, checks the delegate boundary, and ships the asset the way
    upstream's backend does.
+
+5. **Verify** (:mod:`coreai_partitioner.verify`, :mod:`coreai_partitioner.testing`,
+   ``python -m coreai_partitioner``).  The shipped assets run on the Core AI
+   runtime (Linux CPU included) and are compared with eager PyTorch.
 """
 
 from . import _compat

@@ -232,3 +232,27 @@ def test_input_enumerations_specialize_the_delegate_per_shape():
     assert "tensor<2x4x16xf32>" in ir and "tensor<2x8x16xf32>" in ir
     assert ir.count("coreai.invoke") == 4  # two call sites in each specialization
     assert json.loads(delegate.payload)["packaging"] == "inline"
+
+
+def delegate_program(model: torch.nn.Module, *sample: torch.Tensor):
+    from executorch.exir.lowered_backend_module import get_lowered_backend_modules
+
+    lowered = lower(torch.export.export(model, sample))
+    (module,) = get_lowered_backend_modules(lowered.exported_program().graph_module)
+    return module.original_module
+
+
+def test_boundary_check_rejects_a_delegate_whose_io_differs_from_what_executorch_feeds():
+    import copy
+
+    from coreai_partitioner.backends.apple_coreai.convert import convert, to_aten_in_place
+    from coreai_partitioner.backends.apple_coreai.io_compat import assert_io_compatible
+
+    x = torch.randn(2, 8)
+    narrow = delegate_program(torch.nn.Linear(8, 4).eval(), x)
+    wide = delegate_program(torch.nn.Linear(8, 5).eval(), x)
+    program = convert(to_aten_in_place(copy.deepcopy(narrow)), [])
+
+    assert_io_compatible(program, narrow)
+    with pytest.raises(ValueError, match=r"output 0 dim 1: static shape mismatch \(\.aimodel=4, ExecuTorch=5\)"):
+        assert_io_compatible(program, wide)

@@ -35,5 +35,6 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6"],
+        "bench": ["matplotlib>=3.8"],
     },
 )

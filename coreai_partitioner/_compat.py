@@ -16,17 +16,17 @@ with warnings.catch_warnings():
 
 from coreai_torch import TorchConverter
 from coreai_torch import _patch_model_for_externalization as patch_model_for_externalization
-from coreai_torch import _subexport_and_restore as subexport_and_restore
 from coreai_torch._utils import _EXTERNALIZE_NAMESPACE as EXTERNALIZE_NAMESPACE
 from coreai_torch.externalize import ExternalizeSpec
 from coreai_torch.externalize import _ExternalizedExportedProgram as ExternalizedProgram
+from coreai_torch.externalize import _derive_composite_io_names as derive_composite_io_names
+from coreai_torch.externalize import _drop_missing_call_sites as drop_missing_call_sites
+from coreai_torch.externalize import _finalize_module_export as finalize_module_export
 from coreai_torch.externalize import _find_marked_submodules as find_marked_submodules
+from coreai_torch.externalize import _PreparedModules as PreparedModules
 from coreai_torch.externalize import _restore_externalized as restore_externalized
-from executorch.backends.apple.coreai import (
-    CoreAIBackend as UpstreamCoreAIBackend,
-    get_default_compile_config,
-    get_default_passes,
-)
+from coreai_torch.externalize import _torch_export_module as torch_export_module
+from executorch.backends.apple.coreai import get_default_compile_config, get_default_passes
 from executorch.backends.apple.coreai.compiler.enumerated_shapes import (
     apply_enumerated_shapes as _apply_enumerated_shapes,
     resolve_input_enumerations,
@@ -38,10 +38,15 @@ from executorch.backends.apple.coreai.compiler.io_compat import (
 from executorch.backends.apple.coreai.compiler.preprocess import (
     COMPILE_SPEC_KEYS,
     SIDECAR_DIR_ENV,
+    AssetPackaging,
     _aot_compile_options as aot_compile_options,
+    _compiled_arch_bundles as compiled_arch_bundles,
+    _deliver as deliver,
     _get_compile_spec as get_compile_spec,
     _maybe_warn_sidecar_env_ignored as maybe_warn_sidecar_env_ignored,
     _min_os_version as min_os_version,
+    _os_version_text as os_version_text,
+    _run_coreai_build as run_coreai_build,
 )
 from executorch.backends.apple.coreai.partition.partitioner import (
     DO_NOT_DELEGATE_TAG,
@@ -57,25 +62,33 @@ from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
 __all__ = [
+    "AssetPackaging",
     "COMPILE_SPEC_KEYS",
     "DO_NOT_DELEGATE_TAG",
     "EdgeOpOverload",
     "EXTERNALIZE_NAMESPACE",
     "ExternalizeSpec",
     "ExternalizedProgram",
+    "PreparedModules",
     "ReplaceCopyOpsWithFunctionalPass",
     "SIDECAR_DIR_ENV",
     "TorchConverter",
-    "UpstreamCoreAIBackend",
     "UpstreamCoreAIPartitioner",
     "UpstreamOperatorSupport",
     "aot_compile_options",
     "apply_enumerated_shapes",
-    "deliver_aot_compiled",
-    "deliver_portable",
+    "compiled_arch_bundles",
+    "deliver",
+    "finish_asset",
+    "os_version_text",
+    "run_coreai_build",
+    "write_program",
     "deserialize_pte_binary",
+    "derive_composite_io_names",
     "do_not_delegate",
+    "drop_missing_call_sites",
     "edge_io",
+    "finalize_module_export",
     "find_marked_submodules",
     "get_compile_spec",
     "get_default_compile_config",
@@ -87,7 +100,7 @@ __all__ = [
     "patch_model_for_externalization",
     "resolve_input_enumerations",
     "restore_externalized",
-    "subexport_and_restore",
+    "torch_export_module",
 ]
 
 
@@ -110,6 +123,45 @@ def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict)
     _apply_enumerated_shapes(_GetGraphProgram(program), edge_program, enumerations)
 
 
-# Upstream's delivery (inline named data or sidecar, portable or AOT) works as is.
-deliver_portable = UpstreamCoreAIBackend._preprocess_portable
-deliver_aot_compiled = UpstreamCoreAIBackend._preprocess_aot_compiled
+def write_program(program: Any, path: Any, minimum_os: Any) -> Any:
+    """Serialize ``program`` into a new ``.aimodel`` at ``path``; returns the asset.
+
+    ``AIProgram.save_asset`` serializes a clone of the IR and then reads the
+    whole bytecode back to hash it while the IR is still alive, and stamps the
+    wall-clock time into ``metadata.json``.  This writes the program itself (the
+    caller drops it right after) and leaves the creation date out, so the
+    caller can release the IR before :func:`finish_asset` reads anything back.
+    """
+    from coreai.authoring import OSVersion
+    from coreai.authoring import asset as _asset
+    from coreai.runtime import _AIModelAsset
+
+    minimum_os = minimum_os or OSVersion.v27
+    path.mkdir(parents=True)
+    created = _AIModelAsset._create(path=str(path), metadata=None)
+    program._module.verify()
+    _asset.serialize_module_to_bytecode(
+        module=program._module._mlir_module,
+        package_path=created._program_bytecode_path,
+        dialect_version=_AIModelAsset._dialect_version_for_os(minimum_os.value),
+        bytecode_version=_asset._CURRENT_BYTECODE_VERSION,
+    )
+    return created
+
+
+def finish_asset(created: Any) -> str:
+    """Stamp the producer, hash the bytecode in chunks; returns the hash (``main.hash``) as hex."""
+    import hashlib
+
+    from coreai.authoring import asset as _asset
+
+    def stamp(metadata: Any) -> None:
+        metadata._producer = _asset._COREAI_PRODUCER
+
+    created.update_metadata(updates=stamp)
+    digest = hashlib.sha256()
+    with open(created._program_bytecode_path, "rb") as bytecode:
+        for chunk in iter(lambda: bytecode.read(1 << 22), b""):
+            digest.update(chunk)
+    created._program_hash_path.write_bytes(digest.digest())
+    return digest.hexdigest()

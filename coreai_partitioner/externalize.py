@@ -14,7 +14,9 @@ from torch.export import ExportedProgram
 
 from . import _compat
 from .call_sites import module_path
+from .fake import memoize_fake_impls
 from .specs import default_specs
+from .subexport import subexport_and_restore
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +30,9 @@ class ExternalizedModules(list):
     ``CoreAIPartitioner(externalized_modules=...)``.  The records are
     build-time state: they name custom ops registered in this process only.
     """
+
+    #: How many ``torch.export`` runs the records took (identical call sites share one).
+    sub_exports: int = 0
 
     def module_paths(self) -> list[str]:
         """The submodule path of every call site, in preparation order."""
@@ -52,6 +57,7 @@ def externalize_modules(
     targets: Sequence[Target],
     *,
     export_fn: Callable[[torch.nn.Module], ExportedProgram],
+    reuse_exports: bool = True,
 ) -> tuple[ExportedProgram, ExternalizedModules]:
     """Export ``model`` with the submodules matching ``targets`` kept as composite ops.
 
@@ -60,6 +66,11 @@ def externalize_modules(
     (which should also run ``run_decompositions(coreai_torch.get_decomp_table())``),
     then exports each call site's submodule on its own.  The model is left
     unpatched whatever happens, also when ``export_fn`` raises.
+
+    Call sites that would export to the same graph (same class, attributes,
+    input shapes and dtypes; see :mod:`coreai_partitioner.subexport`) are
+    exported once and bound to each instance's own weights;
+    ``reuse_exports=False`` exports every call site on its own.
 
     Returns the whole-model program, in which each call site is one opaque
     node, and one record per call site.  The caller may transform the program
@@ -70,7 +81,7 @@ def externalize_modules(
     _warn_on_unmatched(model, specs)
     own_forwards = {id(m) for m in model.modules() if "forward" in vars(m)}
     try:
-        return _externalize(model, specs, export_fn)
+        return _externalize(model, specs, export_fn, reuse_exports)
     finally:
         _drop_restored_forwards(model, own_forwards)
 
@@ -79,12 +90,14 @@ def _externalize(
     model: torch.nn.Module,
     specs: list[_compat.ExternalizeSpec],
     export_fn: Callable[[torch.nn.Module], ExportedProgram],
+    reuse_exports: bool,
 ) -> tuple[ExportedProgram, ExternalizedModules]:
     with warnings.catch_warnings():
         # Replaced by _warn_on_unmatched, which knows default_specs() is a superset.
         warnings.filterwarnings("ignore", message="externalize_modules: the following target")
         _compat.patch_model_for_externalization(model, specs)
     try:
+        memoize_fake_impls(_compat.find_marked_submodules(model), _compat.EXTERNALIZE_NAMESPACE)
         exported_program = export_fn(model)
     except BaseException:
         _compat.restore_externalized(_compat.find_marked_submodules(model))
@@ -94,9 +107,14 @@ def _externalize(
     shape_env = _shape_env(exported_program)
     with shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
         # Restores every patched forward in its own ``finally``.
-        records = ExternalizedModules(_compat.subexport_and_restore(model, exported_program))
+        records, runs = subexport_and_restore(model, exported_program, reuse=reuse_exports)
+    records = ExternalizedModules(records)
+    records.sub_exports = runs
     logger.info(
-        "externalized %d call site(s): %s", len(records), ", ".join(records.module_paths())
+        "externalized %d call site(s) with %d sub-export(s): %s",
+        len(records),
+        runs,
+        ", ".join(records.module_paths()),
     )
     return exported_program, records
 

@@ -1,0 +1,191 @@
+"""Sub-export every externalized call site, exporting identical call sites once.
+
+coreai-torch runs one ``torch.export`` per call site; in an LLM most call
+sites are the same module class with the same attributes and input shapes
+(every layer's RMSNorm), so their sub-exports differ only in weights.  Here
+the first such call site is exported and the others get a copy of its graph
+bound to their own instance's parameters and buffers: each call site still has
+its own program, its own ``noinline`` graph and its own weights.
+
+Sharing is keyed on everything that can change what export traces: the class
+of the module and of every submodule, every plain attribute, parameter and
+buffer names/shapes/dtypes, training mode, and the call site's input shapes,
+dtypes, dynamic dims and omitted optional arguments.  A module carrying
+anything else (a tensor attribute, a hook, an instance-level ``forward``, an
+attribute of an unknown type) is never shared.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+import logging
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from . import _compat
+
+logger = logging.getLogger(__name__)
+
+_MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"}
+_HOOKS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+_SIMPLE = (type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype, torch.device, torch.Size)
+
+
+class _NotShareable(Exception):
+    pass
+
+
+def _simple(value: Any) -> Any:
+    if isinstance(value, _SIMPLE):
+        return (type(value), value)
+    if isinstance(value, (tuple, frozenset)):
+        return (type(value), tuple(_simple(v) for v in value))
+    raise _NotShareable
+
+
+def _is_class_forward(module: torch.nn.Module, forward: Any) -> bool:
+    """No instance ``forward``, or the class's own bound to it (how coreai-torch restores)."""
+    return forward is None or (
+        getattr(forward, "__self__", None) is module
+        and getattr(forward, "__func__", None) is type(module).forward
+    )
+
+
+def _module_key(module: torch.nn.Module) -> tuple:
+    key = []
+    for path, sub in module.named_modules(remove_duplicate=False):
+        state = vars(sub)
+        if not _is_class_forward(sub, state.get("forward")) or any(state.get(hook) for hook in _HOOKS):
+            raise _NotShareable
+        attrs = tuple(
+            (name, _simple(value))
+            for name, value in sorted(state.items())
+            if name not in _MODULE_INTERNALS
+            and name not in _HOOKS
+            and name != "forward"
+            and not name.startswith(("_externalize", "_original_forward"))
+        )
+        params = tuple(
+            (name, None if p is None else (tuple(p.shape), p.dtype, p.requires_grad))
+            for name, p in sub._parameters.items()
+        )
+        buffers = tuple(
+            (name, None if b is None else (tuple(b.shape), b.dtype)) for name, b in sub._buffers.items()
+        )
+        key.append((path, type(sub), sub.training, attrs, params, buffers, tuple(sorted(sub._non_persistent_buffers_set))))
+    return tuple(key)
+
+
+def _dynamic_key(dynamic_shapes: tuple) -> tuple:
+    """Which dims are dynamic, their ranges, and which dims share one symbol."""
+    ids: dict[int, int] = {}
+    key = []
+    for dims in dynamic_shapes:
+        if not dims:
+            key.append(None)
+            continue
+        key.append(
+            tuple(
+                (axis, ids.setdefault(id(dim), len(ids)), getattr(dim, "min", None), getattr(dim, "max", None))
+                for axis, dim in sorted(dims.items())
+            )
+        )
+    return tuple(key)
+
+
+def call_site_key(prep: Any) -> tuple | None:
+    """What makes two call sites export to the same graph, or None when unsure."""
+    node = prep.source_nodes[0]
+    if node.kwargs:
+        return None
+    try:
+        module = _module_key(prep.module)
+    except _NotShareable:
+        return None
+    return (
+        prep.composite_op_name,
+        tuple(arg is None for arg in node.args),
+        tuple((tuple(t.shape), t.dtype) for t in prep.fake_inputs),
+        _dynamic_key(prep.dynamic_shapes),
+        module,
+    )
+
+
+def rebind(program: ExportedProgram, module: torch.nn.Module) -> ExportedProgram:
+    """A copy of ``program``'s graph over ``module``'s own parameters and buffers.
+
+    Only the graph is copied (its nodes, not its tensors); lifted constants
+    that the forward created are shared, since they depend on the code alone.
+    """
+    tensors = dict(module.named_parameters(remove_duplicate=False))
+    tensors.update(module.named_buffers(remove_duplicate=False))
+    graph = copy.deepcopy(program.graph)
+    for original, node in zip(program.graph.nodes, graph.nodes):
+        node.name = original.name  # the copy renames nodes that shadow builtins ("input")
+    return ExportedProgram(
+        root=program.graph_module,
+        graph=graph,
+        graph_signature=copy.deepcopy(program.graph_signature),
+        state_dict={name: tensors[name] for name in program.state_dict},
+        range_constraints=program.range_constraints,
+        module_call_graph=copy.deepcopy(program.module_call_graph),
+        example_inputs=None,
+        constants={name: tensors.get(name, value) for name, value in program.constants.items()},
+        verifiers=[program.verifier],
+    )
+
+
+def subexport_and_restore(
+    model: torch.nn.Module, exported_program: ExportedProgram, *, reuse: bool = True
+) -> tuple[list[Any], int]:
+    """coreai-torch's Phases 2-3 with identical call sites exported once.
+
+    Returns the records and how many ``torch.export`` runs they took.  The
+    model's patched forwards are restored whatever happens.
+    """
+    exports: dict[tuple, tuple[ExportedProgram, Any]] = {}
+    runs = 0
+    try:
+        _compat.drop_missing_call_sites(model, exported_program)
+        records = []
+        for prep in _compat.PreparedModules(model, exported_program):
+            key = call_site_key(prep) if reuse else None
+            if key is not None and key in exports:
+                program = rebind(exports[key][0], prep.module)
+                prep.composite_input_names, prep.composite_output_names = _compat.derive_composite_io_names(program)
+            else:
+                program = _export(prep)
+                runs += 1
+                if key is not None:
+                    exports[key] = (program, prep)
+            records.append(_compat.finalize_module_export(prep, program))
+        logger.info("sub-exported %d call site(s) with %d export(s)", len(records), runs)
+        return records, runs
+    finally:
+        _compat.restore_externalized(_compat.find_marked_submodules(model))
+
+
+def _export(prep: Any) -> ExportedProgram:
+    try:
+        program = _compat.torch_export_module(prep)
+    except Exception as error:
+        raise RuntimeError(
+            f"failed to export externalized submodule '{prep.module_path}' "
+            f"({type(prep.module).__name__}) on its own: {error}"
+        ) from error
+    return program.run_decompositions()

@@ -1,0 +1,175 @@
+"""Identical call sites are exported once, bound to each instance's own weights."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from helpers import asset_ir, export_fn, externalize, lower, to_pte
+from test_lowering import MyLeaf
+from tiny_transformer import TinyTransformer
+
+from coreai_partitioner import ExternalizeSpec, default_specs, externalize_modules, verify
+from coreai_partitioner.fake import memoized
+from coreai_torch.composite_ops import RMSNorm
+
+torch.manual_seed(0)
+LEAF = ExternalizeSpec(MyLeaf, composite_op_name="my_leaf", composite_attrs=["eps"])
+
+
+def normalized(ir: str) -> str:
+    """IR with the per-build names (uuid suffixes, resource keys) blanked."""
+    ir = re.sub(r"_[0-9a-f]{8}\b", "_X", ir)
+    ir = re.sub(r"(resource_|dense_resource<)[0-9a-z_]+", r"\1X", ir)
+    return re.sub(r"\{-#.*", "", ir, flags=re.S)
+
+
+def test_identical_call_sites_are_exported_once_with_the_same_ir_and_numerics():
+    model = TinyTransformer(layers=3, dim=32, heads=4).eval()
+    tokens = torch.randint(0, 128, (1, 8), dtype=torch.int32)
+    sample = (tokens,)
+
+    ep, shared = externalize(model, sample)
+    ep_each, each = externalize_modules(model, default_specs(), export_fn=export_fn(*sample), reuse_exports=False)
+
+    assert len(shared) == len(each) == 10  # 3 blocks of (norm, sdpa, norm), and the final norm
+    assert shared.sub_exports == 2  # one RMSNorm, one SDPA
+    assert each.sub_exports == 10
+    lowered = lower(ep, shared)
+    (delegate,) = to_pte(lowered).delegates
+    (delegate_each,) = to_pte(lower(ep_each, each)).delegates
+    assert normalized(asset_ir(delegate)) == normalized(asset_ir(delegate_each))
+    verify.check(lowered, model, tokens).raise_for_mismatch()
+
+
+class TwoLeaves(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = MyLeaf(16)
+        self.b = MyLeaf(16)
+        with torch.no_grad():
+            self.b.weight.mul_(-3.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+def test_shared_export_binds_each_call_site_to_its_own_instances_weights():
+    model = TwoLeaves().eval()
+    x = torch.randn(2, 3, 16)
+    ep, records = externalize(model, [x], [LEAF])
+
+    assert records.sub_exports == 1
+    weights = {r.name.rsplit("_", 1)[0]: r.exported_program.state_dict["weight"] for r in records}
+    assert weights["a"] is model.a.weight and weights["b"] is model.b.weight
+    assert records[0].exported_program.graph is not records[1].exported_program.graph
+    verify.check(lower(ep, records), model, x).raise_for_mismatch()
+
+
+class OffsetLeaf(MyLeaf):
+    """Behaviour depends on a plain tensor attribute, which no key can see into."""
+
+    def __init__(self, dim: int, offset: float) -> None:
+        super().__init__(dim)
+        self.offset = torch.tensor(offset)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + self.offset
+
+
+class ListLeaf(MyLeaf):
+    def __init__(self, dim: int, scales: list[float]) -> None:
+        super().__init__(dim)
+        self.scales = scales
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * self.scales[0]
+
+
+class Pair(torch.nn.Module):
+    def __init__(self, first: torch.nn.Module, second: torch.nn.Module) -> None:
+        super().__init__()
+        self.first = first
+        self.second = second
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+
+def doubled(module, args, output):
+    return output * 2
+
+
+def unshareable_pairs():
+    hooked = MyLeaf(16)
+    hooked.register_forward_hook(doubled)
+    own_forward = MyLeaf(16)
+    own_forward.forward = lambda x, m=own_forward: MyLeaf.forward(m, x) - 1.0
+    return {
+        "tensor attribute": Pair(OffsetLeaf(16, 0.0), OffsetLeaf(16, 5.0)),
+        "list attribute": Pair(ListLeaf(16, [1.0]), ListLeaf(16, [-2.0])),
+        "forward hook": Pair(MyLeaf(16), hooked),
+        "instance forward": Pair(MyLeaf(16), own_forward),
+    }
+
+
+def test_modules_with_state_outside_the_key_are_never_shared():
+    x = torch.randn(2, 3, 16)
+    for reason in ("tensor attribute", "list attribute"):
+        model = unshareable_pairs()[reason]
+        spec = ExternalizeSpec(type(model.first), composite_op_name="my_leaf", composite_attrs=["eps"])
+        ep, records = externalize(model.eval(), [x], [spec])
+        assert records.sub_exports == 2, reason
+        verify.check(lower(ep, records), model, x).raise_for_mismatch()
+
+
+def test_call_site_key_refuses_instance_forwards_hooks_and_unknown_attributes():
+    from types import SimpleNamespace
+
+    from coreai_partitioner.subexport import call_site_key
+
+    def prep(module):
+        node = SimpleNamespace(args=(object(),), kwargs={})
+        return SimpleNamespace(
+            module=module, source_nodes=[node], composite_op_name=None,
+            fake_inputs=(torch.empty(2, 16),), dynamic_shapes=(None,),
+        )
+
+    assert call_site_key(prep(MyLeaf(16))) is not None
+    assert call_site_key(prep(MyLeaf(16))) == call_site_key(prep(MyLeaf(16)))
+    assert call_site_key(prep(MyLeaf(16, eps=0.5))) != call_site_key(prep(MyLeaf(16)))
+    for reason, pair in unshareable_pairs().items():
+        assert call_site_key(prep(pair.second)) is None, reason
+
+
+def test_one_instance_with_two_shapes_is_exported_twice():
+    class Shapes(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = RMSNorm(16)
+
+        def forward(self, x, y):
+            return self.norm(x), self.norm(y)
+
+    _, records = externalize(Shapes(), [torch.randn(2, 4, 16), torch.randn(3, 16)])
+    assert records.sub_exports == 2
+
+
+def test_memoized_fake_impl_runs_the_forward_once_per_input_signature():
+    calls = []
+
+    def forward(x, y):
+        calls.append(1)
+        return x @ y
+
+    fake = memoized(forward)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        a, b = mode.from_tensor(torch.empty(2, 3)), mode.from_tensor(torch.empty(3, 5))
+        first = fake(a, b)
+        second = fake(a, b)
+        third = fake(mode.from_tensor(torch.empty(4, 3)), b)
+    assert len(calls) == 2
+    assert second.shape == first.shape == (2, 5) and third.shape == (4, 5)
+    assert second.stride() == first.stride() and second.dtype == first.dtype

@@ -198,13 +198,15 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for dim in sorted({r["dim"] for r in results}):
+    colors = dict(zip(PATHS, ("tab:blue", "tab:orange", "tab:green")))
+    for dim, style in zip(sorted({r["dim"] for r in results}), ("-", "--", ":", "-.")):
         for name in PATHS:
             points = sorted((r["layers"], r["seconds"], r["peak_mb"]) for r in results if r["path"] == name and r["dim"] == dim)
             if points:
                 layers, seconds, peak = zip(*points)
-                left.plot(layers, seconds, marker="o", label=f"{name} d={dim}")
-                right.plot(layers, peak, marker="o", label=f"{name} d={dim}")
+                line = dict(marker="o", color=colors[name], linestyle=style, label=f"{name} d={dim}")
+                left.plot(layers, seconds, **line)
+                right.plot(layers, peak, **line)
     left.set(xlabel="layers L", ylabel="seconds", title="lowering time")
     right.set(xlabel="layers L", ylabel="peak RSS above model (MB)", title="peak memory")
     left.legend(fontsize=8)

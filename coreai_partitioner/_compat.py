@@ -9,6 +9,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
+
 with warnings.catch_warnings():
     # coreai-torch compares "2.13.0+cpu" > "2.13.0" and warns on the very release it validated.
     warnings.filterwarnings("ignore", message="coreai-torch has only been validated")
@@ -63,6 +65,7 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
 __all__ = [
     "AssetPackaging",
+    "BuildIndependentConverter",
     "COMPILE_SPEC_KEYS",
     "DO_NOT_DELEGATE_TAG",
     "EdgeOpOverload",
@@ -123,6 +126,65 @@ def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict)
     _apply_enumerated_shapes(_GetGraphProgram(program), edge_program, enumerations)
 
 
+_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
+_PLAIN = {torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16, torch.int32, torch.bool}
+_RESOURCE_MIN_ELEMENTS = 256  # below this, or when splat, coreai-core keeps constants inline
+
+
+class BuildIndependentConverter(TorchConverter):
+    """``TorchConverter`` whose weight constants do not depend on the process.
+
+    coreai-core names every weight blob after a hash seeded per process, and
+    the names reach the asset's bytecode, so two builds of one model differed.
+    Here a weight that coreai-core would keep as a blob (256 elements or more,
+    not a splat) becomes a blob named ``weight_<n>`` in creation order, over the
+    tensor's own memory where its dtype allows (no copy).  Everything else, and
+    the dtypes this does not cover (sub-byte, float8), is coreai-torch's own
+    ``_constant_from_tensor``.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._weights = 0
+
+    def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
+        from coreai._compiler.dialects import coreai as coreai_dialect
+        from coreai._compiler.ir import DenseResourceElementsAttr
+        from coreai_torch._utils import get_tensor_type, validate_and_cast_numpy_array
+
+        dtype = getattr(tensor, "future_dtype", tensor.dtype)
+        if hasattr(tensor, "elem") or dtype != tensor.dtype or dtype not in _PLAIN | set(_NARROW):
+            return super()._constant_from_tensor(tensor)
+        array = validate_and_cast_numpy_array(_numpy_view(tensor.detach().cpu().contiguous()))
+        if array.size < _RESOURCE_MIN_ELEMENTS or _is_splat(array):
+            return super()._constant_from_tensor(tensor)
+        attr = DenseResourceElementsAttr.get_from_buffer(
+            array,
+            f"weight_{self._weights}",
+            get_tensor_type(tensor, self._location, dtype=dtype),
+            alignment=16,
+        )
+        self._weights += 1
+        return coreai_dialect.ConstantOp(value=attr).result
+
+
+def _numpy_view(tensor: torch.Tensor) -> Any:
+    """The bytes coreai-torch would embed for ``tensor``, without a copy where possible."""
+    if tensor.dtype in _NARROW:
+        return tensor.to(_NARROW[tensor.dtype]).numpy()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy()
+    return tensor.numpy()
+
+
+def _is_splat(array: Any) -> bool:
+    import numpy as np
+
+    bits = array.reshape(-1).view(np.dtype(f"u{array.itemsize}"))
+    first = bits[0]
+    return bool(bits[-1] == first and bits[len(bits) // 2] == first and (bits == first).all())
+
+
 def write_program(program: Any, path: Any, minimum_os: Any) -> Any:
     """Serialize ``program`` into a new ``.aimodel`` at ``path``; returns the asset.
 
@@ -150,8 +212,13 @@ def write_program(program: Any, path: Any, minimum_os: Any) -> Any:
 
 
 def finish_asset(created: Any) -> str:
-    """Stamp the producer, hash the bytecode in chunks; returns the hash (``main.hash``) as hex."""
+    """Stamp the producer, hash the bytecode in chunks; returns the hash (``main.hash``) as hex.
+
+    ``metadata.json`` is rewritten with sorted keys: coreai-core writes them in
+    an order that changes from process to process.
+    """
     import hashlib
+    import json
 
     from coreai.authoring import asset as _asset
 
@@ -159,6 +226,8 @@ def finish_asset(created: Any) -> str:
         metadata._producer = _asset._COREAI_PRODUCER
 
     created.update_metadata(updates=stamp)
+    metadata_path = created.path / "metadata.json"
+    metadata_path.write_text(json.dumps(json.loads(metadata_path.read_text()), indent=2, sort_keys=True) + "\n")
     digest = hashlib.sha256()
     with open(created._program_bytecode_path, "rb") as bytecode:
         for chunk in iter(lambda: bytecode.read(1 << 22), b""):

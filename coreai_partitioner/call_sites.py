@@ -170,6 +170,26 @@ def resolve_call_sites(records: Sequence[Any], graphs: Iterable[fx.Graph]) -> Re
     return Resolution(tuple(resolved), tuple(mismatches))
 
 
+def name_call_sites(graph: fx.Graph, module_paths: dict[str, str]) -> None:
+    """Rename ``graph``'s call sites after their submodule: ``call_<path>_<i>``.
+
+    ``module_paths`` maps op names to submodule paths; ``i`` counts the op's
+    call sites in graph order.  Node names reach the converted asset (value
+    and boundary names), and op names carry a per-process suffix, so this is
+    what makes two builds of one model name their call sites alike.
+    """
+    taken = {node.name for node in graph.nodes}
+    for op_name, nodes in call_sites_by_op(graph).items():
+        stem = "call_" + re.sub(r"\W", "_", module_paths.get(op_name, op_name))
+        for index, node in enumerate(nodes):
+            name = f"{stem}_{index}"
+            while name in taken and name != node.name:
+                name += "_"
+            taken.discard(node.name)
+            taken.add(name)
+            node.name = name
+
+
 def records_in_graph(records: Sequence[Any], graph: fx.Graph) -> list[Any]:
     """The records whose call sites lie in ``graph``, with their nested records.
 

@@ -17,7 +17,6 @@ attribute of an unknown type) is never shared.
 
 from __future__ import annotations
 
-import copy
 import enum
 import logging
 from typing import Any
@@ -26,6 +25,7 @@ import torch
 from torch.export import ExportedProgram
 
 from . import _compat
+from .programs import with_own_graph
 
 logger = logging.getLogger(__name__)
 
@@ -127,26 +127,17 @@ def call_site_key(prep: Any) -> tuple | None:
 
 
 def rebind(program: ExportedProgram, module: torch.nn.Module) -> ExportedProgram:
-    """A copy of ``program``'s graph over ``module``'s own parameters and buffers.
+    """``program`` over its own graph copy and ``module``'s parameters and buffers.
 
-    Only the graph is copied (its nodes, not its tensors); lifted constants
-    that the forward created are shared, since they depend on the code alone.
+    Lifted constants that the forward created are shared: they depend on the
+    code alone.
     """
     tensors = dict(module.named_parameters(remove_duplicate=False))
     tensors.update(module.named_buffers(remove_duplicate=False))
-    graph = copy.deepcopy(program.graph)
-    for original, node in zip(program.graph.nodes, graph.nodes):
-        node.name = original.name  # the copy renames nodes that shadow builtins ("input")
-    return ExportedProgram(
-        root=program.graph_module,
-        graph=graph,
-        graph_signature=copy.deepcopy(program.graph_signature),
+    return with_own_graph(
+        program,
         state_dict={name: tensors[name] for name in program.state_dict},
-        range_constraints=program.range_constraints,
-        module_call_graph=copy.deepcopy(program.module_call_graph),
-        example_inputs=None,
         constants={name: tensors.get(name, value) for name, value in program.constants.items()},
-        verifiers=[program.verifier],
     )
 
 

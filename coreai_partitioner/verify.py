@@ -87,13 +87,24 @@ def _run_asset(asset: LoadedAsset, inputs: Sequence[torch.Tensor], state: dict |
         )
     arrays = {name: _to_numpy(value) for name, value in zip(asset.input_names, inputs)}
     outputs = asset(arrays, state)
-    return [torch.from_numpy(np.array(outputs[name])) for name in asset.output_names]
+    return [_to_torch(outputs[name]) for name in asset.output_names]
 
 
 def _to_numpy(value: Any) -> np.ndarray:
     if not isinstance(value, torch.Tensor):
         raise UnsupportedProgram(f"a Core AI delegate takes tensors, got {type(value).__name__}")
-    return value.detach().cpu().contiguous().numpy()
+    value = value.detach().cpu().contiguous()
+    if value.dtype == torch.bfloat16:  # numpy has no bfloat16; the runtime takes ml_dtypes'
+        import ml_dtypes
+
+        return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return value.numpy()
+
+
+def _to_torch(array: np.ndarray) -> torch.Tensor:
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(np.array(array).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.array(array))
 
 
 # ---------------------------------------------------------------- in-memory programs

@@ -122,6 +122,13 @@ def test_fp16_model_matches_within_fp16_tolerance():
     assert (report.outputs[0].rtol, report.outputs[0].atol) == verify.default_tolerances(torch.float16)
 
 
+def test_bf16_model_matches_within_bf16_tolerance():
+    model = TinyTransformer(layers=1, dim=32, heads=4).to(torch.bfloat16).eval()
+    tokens = torch.randint(0, 128, (1, 8), dtype=torch.int32)
+    report = assert_lowers_and_matches(model, tokens)
+    assert report.outputs[0].dtype == torch.bfloat16
+
+
 class RunningCache(torch.nn.Module):
     """Writes each step's normalized input into a cache buffer, reads the whole cache."""
 

@@ -17,7 +17,6 @@ sidecar through ``COREAI_SIDECAR_DIR``, AOT ``.aimodelc`` through
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 from pathlib import Path
@@ -30,6 +29,7 @@ from torch.export import ExportedProgram
 
 from coreai_partitioner import _compat
 from coreai_partitioner.build_records import records_for_delegate
+from coreai_partitioner.programs import with_own_graph
 
 from .convert import convert, to_aten_in_place
 from .io_compat import assert_io_compatible
@@ -56,18 +56,7 @@ class CoreAICompositeBackend(BackendDetails):
         ``preprocess`` rewrites op targets and nothing else, so the weights need
         no copy; ExecuTorch's default deep copy would double them.
         """
-        graph_module = copy.deepcopy(edge_program.graph_module)
-        return ExportedProgram(
-            root=graph_module,
-            graph=graph_module.graph,
-            graph_signature=copy.deepcopy(edge_program.graph_signature),
-            state_dict=dict(edge_program.state_dict),
-            range_constraints=copy.deepcopy(edge_program.range_constraints),
-            module_call_graph=copy.deepcopy(edge_program.module_call_graph),
-            example_inputs=None,
-            constants=dict(edge_program.constants),
-            verifiers=[edge_program.verifier],
-        )
+        return with_own_graph(edge_program)
 
     @staticmethod
     def preprocess(

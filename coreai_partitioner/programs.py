@@ -1,0 +1,36 @@
+"""Copies of exported programs that own their graph and share their tensors."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from torch.export import ExportedProgram
+
+
+def with_own_graph(
+    program: ExportedProgram,
+    state_dict: Mapping[str, Any] | None = None,
+    constants: Mapping[str, Any] | None = None,
+) -> ExportedProgram:
+    """``program`` over a copy of its graph module, with the same (or the given) tensors.
+
+    Exported programs lift weights out of the graph module, so the copy costs
+    nodes, not weights; the tensors are shared, never copied.
+    """
+    graph_module = copy.deepcopy(program.graph_module)
+    for original, node in zip(program.graph.nodes, graph_module.graph.nodes):
+        node.name = original.name  # the copy renames nodes that shadow builtins ("input")
+    graph_module.recompile()
+    return ExportedProgram(
+        root=graph_module,
+        graph=graph_module.graph,
+        graph_signature=copy.deepcopy(program.graph_signature),
+        state_dict=dict(program.state_dict if state_dict is None else state_dict),
+        range_constraints=copy.deepcopy(program.range_constraints),
+        module_call_graph=copy.deepcopy(program.module_call_graph),
+        example_inputs=None,
+        constants=dict(program.constants if constants is None else constants),
+        verifiers=[program.verifier],
+    )

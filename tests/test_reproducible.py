@@ -1,0 +1,95 @@
+"""The same model lowered twice gives a byte-identical .pte, in one process or in two."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+
+from coreai_partitioner.testing import assert_lowers_and_matches
+
+BUILD = textwrap.dedent(
+    """
+    import sys, hashlib, torch
+    sys.path[:0] = {paths!r}
+    from helpers import externalize, lower
+    from test_lowering import OneBlock, SharedNorm, MyLeaf
+    from tiny_transformer import Block
+    from coreai_partitioner import ExternalizeSpec, default_specs
+
+    class Everything(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.nested = OneBlock()
+            self.shared = SharedNorm()
+            self.leaf = MyLeaf(32)
+
+        def forward(self, x):
+            y = self.nested(x)
+            a, b = self.shared(y[..., :16], y[..., 16:])
+            return self.leaf(torch.cat([a, b], dim=-1))
+
+    def build():
+        torch.manual_seed(0)
+        model = Everything().eval()
+        specs = default_specs() + [ExternalizeSpec(Block), ExternalizeSpec(MyLeaf, composite_op_name="my_leaf", composite_attrs=["eps"])]
+        ep, records = externalize(model, [torch.randn(1, 8, 32)], specs)
+        return bytes(lower(ep, records).to_executorch().buffer)
+
+    first, second = build(), build()
+    print(hashlib.sha256(first).hexdigest(), hashlib.sha256(second).hexdigest())
+    """
+)
+
+
+def build_in_a_process(seed: str) -> list[str]:
+    tests = Path(__file__).resolve().parent
+    code = BUILD.format(paths=[str(tests), str(tests.parent / "examples")])
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()[-1].split()
+
+
+def test_two_builds_are_byte_identical_in_one_process_and_across_processes():
+    first = build_in_a_process("1")
+    second = build_in_a_process("2")
+    assert first[0] == first[1], "two builds in one process differ"
+    assert first == second, "builds in two processes differ"
+
+
+def test_asset_names_do_not_depend_on_the_build():
+    """Call sites and composite graphs are named after submodule paths and call-site indices."""
+    from helpers import TwoNorms, asset_ir, externalize, lower, seeded, to_pte
+
+    model = seeded(TwoNorms())
+    ep, records = externalize(model, [torch.randn(2, 4, 16)])
+    ir = asset_ir(to_pte(lower(ep, records)).delegates[0])
+    assert "@n1.rmsnorm_impl_0(" in ir
+    assert 'coreai.name = "call_n2_rmsnorm_impl_0"' in ir
+    for record in records:
+        assert record.op_name not in ir and record.name not in ir
+
+
+class Buffers(torch.nn.Module):
+    """Weight blobs of several dtypes, each large enough to be a blob, none a splat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(512, dtype=torch.int32).reshape(2, 256) * 3)
+        self.register_buffer("mask", (torch.arange(300) % 3) == 0)
+        self.register_buffer("small_ints", torch.arange(300, dtype=torch.int8))
+        self.register_buffer("halves", torch.linspace(-2, 2, 300, dtype=torch.float16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        total = self.table.float().sum() + self.mask.float().sum() + self.small_ints.float().sum()
+        return x * total + self.halves.float().mean()
+
+
+def test_weight_blobs_of_every_plain_dtype_keep_their_values():
+    assert_lowers_and_matches(Buffers().eval(), torch.randn(2, 3))

@@ -14,6 +14,7 @@ from torch.export import ExportedProgram
 
 from . import _compat
 from .call_sites import module_path
+from .checks import check_externalizable, is_class_forward
 from .fake import memoize_fake_impls
 from .specs import default_specs
 from .subexport import subexport_and_restore
@@ -78,7 +79,10 @@ def externalize_modules(
     ``CoreAIPartitioner(externalized_modules=records)``.
     """
     specs = [t if isinstance(t, _compat.ExternalizeSpec) else _compat.ExternalizeSpec(t) for t in targets]
-    _warn_on_unmatched(model, specs)
+    matches = _matches(model, specs)
+    for path, module in matches:
+        check_externalizable(path, module)
+    _warn_on_unmatched(model, specs, matches)
     own_forwards = {id(m) for m in model.modules() if "forward" in vars(m)}
     try:
         return _externalize(model, specs, export_fn, reuse_exports)
@@ -128,11 +132,7 @@ def _drop_restored_forwards(model: torch.nn.Module, own_forwards: set[int]) -> N
     """
     for module in model.modules():
         forward = vars(module).get("forward")
-        if (
-            id(module) not in own_forwards
-            and getattr(forward, "__self__", None) is module
-            and getattr(forward, "__func__", None) is type(module).forward
-        ):
+        if id(module) not in own_forwards and forward is not None and is_class_forward(module, forward):
             del module.forward
 
 
@@ -144,17 +144,29 @@ def _shape_env(exported_program: ExportedProgram) -> Any:
     return None
 
 
-def _warn_on_unmatched(model: torch.nn.Module, specs: list[_compat.ExternalizeSpec]) -> None:
+def _matches(model: torch.nn.Module, specs: list[_compat.ExternalizeSpec]) -> list[tuple[str, torch.nn.Module]]:
+    """The submodules coreai-torch will patch: every non-root module matching a spec."""
+    return [
+        (path, module)
+        for path, module in model.named_modules()
+        if path and any(isinstance(module, spec.target_class) for spec in specs)
+    ]
+
+
+def _warn_on_unmatched(
+    model: torch.nn.Module,
+    specs: list[_compat.ExternalizeSpec],
+    matches: list[tuple[str, torch.nn.Module]],
+) -> None:
     """Warn when nothing matches, or when a spec of the caller's own matches nothing.
 
     A default composite spec that matches nothing stays silent: ``default_specs()``
     is a superset by design.
     """
-    matched: set[int] = set()
-    for name, module in model.named_modules():
-        index = next((i for i, s in enumerate(specs) if name and isinstance(module, s.target_class)), None)
-        if index is not None:
-            matched.add(index)
+    matched = {
+        next(i for i, spec in enumerate(specs) if isinstance(module, spec.target_class))
+        for _, module in matches
+    }
     if specs and not matched:
         warnings.warn(
             f"externalize_modules: none of the {len(specs)} target(s) "

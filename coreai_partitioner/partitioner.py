@@ -76,15 +76,19 @@ class _OperatorSupport(_compat.UpstreamOperatorSupport):
                 "this program as CoreAIPartitioner(externalized_modules=records)"
             )
         if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False):
-            return "it is marked do_not_delegate, and Core AI is the only runtime for it"
+            return (
+                "it is marked do_not_delegate, and nothing outside a Core AI delegate can run "
+                "a composite op; remove the mark, or leave its class out of the specs to keep "
+                "it as ordinary operators"
+            )
         for val in _compat.node_tensor_vals(node):
             if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                 return "it takes a symbolic scalar, which a Core AI delegate cannot take"
             if isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64):
                 return (
                     f"it takes or returns a {val.dtype} tensor, which a Core AI delegate "
-                    "cannot carry; cast it to 32 bits inside the model, or run "
-                    "get_default_passes() to narrow 64-bit graph inputs"
+                    "cannot carry; cast it to 32 bits before the call inside the model "
+                    "(get_default_passes() narrows only 64-bit graph inputs)"
                 )
         return None
 

@@ -25,6 +25,7 @@ import torch
 from torch.export import ExportedProgram
 
 from . import _compat
+from .checks import is_class_forward
 from .programs import with_own_graph
 
 logger = logging.getLogger(__name__)
@@ -58,19 +59,11 @@ def _simple(value: Any) -> Any:
     raise _NotShareable
 
 
-def _is_class_forward(module: torch.nn.Module, forward: Any) -> bool:
-    """No instance ``forward``, or the class's own bound to it (how coreai-torch restores)."""
-    return forward is None or (
-        getattr(forward, "__self__", None) is module
-        and getattr(forward, "__func__", None) is type(module).forward
-    )
-
-
 def _module_key(module: torch.nn.Module) -> tuple:
     key = []
     for path, sub in module.named_modules(remove_duplicate=False):
         state = vars(sub)
-        if not _is_class_forward(sub, state.get("forward")) or any(state.get(hook) for hook in _HOOKS):
+        if not is_class_forward(sub, state.get("forward")) or any(state.get(hook) for hook in _HOOKS):
             raise _NotShareable
         attrs = tuple(
             (name, _simple(value))

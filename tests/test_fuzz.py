@@ -1,0 +1,28 @@
+"""Property: any small transformer-like model lowers, and its .pte matches eager on the Core AI runtime.
+
+CI runs a small derandomized budget; ``benchmarks/fuzz.py --examples 200`` runs long.
+Failures found there become named regression tests below.
+"""
+
+from __future__ import annotations
+
+from fuzz_models import Config, build, configs, sample, specs
+from hypothesis import HealthCheck, given, settings
+
+from coreai_partitioner.testing import assert_lowers_and_matches
+
+
+def check(config: Config) -> None:
+    assert_lowers_and_matches(build(config), sample(config), specs=specs(config))
+
+
+@settings(
+    max_examples=15,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(configs())
+def test_random_models_lower_and_match_eager(config):
+    check(config)

@@ -34,7 +34,8 @@ setup(
         "coremltools==9.0",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6"],
+        "test": ["pytest>=8", "hypothesis>=6", "transformers==4.57.3"],
+        "hf": ["transformers==4.57.3"],
         "bench": ["matplotlib>=3.8"],
     },
 )

@@ -35,7 +35,7 @@ The path of a record, from the model to the converter:
    runtime (Linux CPU included) and are compared with eager PyTorch.
 """
 
-from . import _compat
+from . import _compat, verify
 from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config, get_default_passes
 from .externalize import ExternalizedModules, externalize_modules
 from .partitioner import CoreAIPartitioner
@@ -43,6 +43,7 @@ from .specs import default_specs, spec_for
 
 __all__ = [
     "CoreAIPartitioner",
+    "verify",
     "ExternalizeSpec",
     "ExternalizedModules",
     "default_specs",
@@ -54,3 +55,12 @@ __all__ = [
 ]
 
 del _compat
+
+
+def __getattr__(name: str):
+    # coreai_partitioner.hf needs transformers (the hf extra); import it on first use.
+    if name == "hf":
+        import importlib
+
+        return importlib.import_module(".hf", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

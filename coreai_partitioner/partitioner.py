@@ -51,7 +51,7 @@ class _OperatorSupport(_compat.UpstreamOperatorSupport):
     """
 
     def __init__(self, claimable: set[str], unpaired_ops: set[str]) -> None:
-        super().__init__(log=True)
+        super().__init__(log=logger.isEnabledFor(logging.INFO))
         self._claimable = claimable
         self._unpaired_ops = unpaired_ops
         self.rejected: dict[str, str] = {}

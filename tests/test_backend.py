@@ -256,3 +256,32 @@ def test_boundary_check_rejects_a_delegate_whose_io_differs_from_what_executorch
     assert_io_compatible(program, narrow)
     with pytest.raises(ValueError, match=r"output 0 dim 1: static shape mismatch \(\.aimodel=4, ExecuTorch=5\)"):
         assert_io_compatible(program, wide)
+
+
+def test_aot_delivery_embeds_each_architectures_bundle(monkeypatch):
+    """AOT compilation needs macOS; coreai-build is replaced by one writing bundles, as upstream's tests do."""
+    import copy
+    from pathlib import Path
+
+    from executorch.backends.apple.coreai import AOTCompileConfig
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+
+    from coreai_partitioner import _compat
+
+    def fake_coreai_build(aimodel: Path, out: Path, options: dict) -> None:
+        assert (aimodel / "main.mlirb").is_file() and options["platform"] == "iOS"
+        for arch in ("h16", "h17"):
+            (out / f"model.{arch}.aimodelc").mkdir()
+            (out / f"model.{arch}.aimodelc" / "model.bin").write_bytes(arch.encode())
+
+    monkeypatch.setattr(_compat, "run_coreai_build", fake_coreai_build)
+    edge = delegate_program(torch.nn.Linear(8, 4).eval(), torch.randn(2, 8))
+    spec = CompileSpec("coreai_aot_compile_config", AOTCompileConfig(platform="iOS").to_json().encode())
+
+    result = CoreAICompositeBackend.preprocess(copy.deepcopy(edge), [spec])
+
+    manifest = json.loads(result.processed_bytes)
+    assert manifest["packaging"] == "aot_compiled_inline"
+    assert manifest["archs"] == {arch: f"{manifest['hash']}/model.{arch}.aimodelc" for arch in ("h16", "h17")}
+    keys = set(result.data_store_output.pte_data)
+    assert keys == {f"coreai/{manifest['hash']}/model.{arch}.aimodelc/model.bin" for arch in ("h16", "h17")}

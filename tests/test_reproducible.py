@@ -92,4 +92,4 @@ class Buffers(torch.nn.Module):
 
 
 def test_weight_blobs_of_every_plain_dtype_keep_their_values():
-    assert_lowers_and_matches(Buffers().eval(), torch.randn(2, 3))
+    assert_lowers_and_matches(Buffers().eval(), torch.randn(2, 3), specs=[])

@@ -278,7 +278,7 @@ def greedy_decode(program: Any, prompt: list[int], new_tokens: int, *, method: s
 
 
 def tiny_config(kind: str) -> Any:
-    """A 2-layer config of ``kind`` (llama, qwen2, qwen3) with GQA, for tests and examples."""
+    """A 2-layer config of ``kind`` (llama, qwen2, qwen3, mistral) with GQA, for tests and examples."""
     import transformers
 
     common = dict(
@@ -297,4 +297,6 @@ def tiny_config(kind: str) -> Any:
         return transformers.Qwen2Config(**common)
     if kind == "qwen3":
         return transformers.Qwen3Config(**common, head_dim=16)
-    raise ValueError(f"no tiny config named {kind!r}; choose llama, qwen2 or qwen3")
+    if kind == "mistral":
+        return transformers.MistralConfig(**common)
+    raise ValueError(f"no tiny config named {kind!r}; choose llama, qwen2, qwen3 or mistral")

@@ -57,6 +57,9 @@ class _OperatorSupport(_compat.UpstreamOperatorSupport):
         self.rejected: dict[str, str] = {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op == "call_function" and _is_bool_mul(node):
+            # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
+            return False
         if node.op != "call_function" or externalized_op_name(node.target) is None:
             return super().is_node_supported(submodules, node)
         reason = self._rejection(node, externalized_op_name(node.target))
@@ -91,6 +94,14 @@ class _OperatorSupport(_compat.UpstreamOperatorSupport):
                     "(get_default_passes() narrows only 64-bit graph inputs)"
                 )
         return None
+
+
+def _is_bool_mul(node: torch.fx.Node) -> bool:
+    target = node.target._op if isinstance(node.target, _compat.EdgeOpOverload) else node.target
+    if target not in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul.Scalar):
+        return False
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool
 
 
 class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):

@@ -285,3 +285,16 @@ def test_aot_delivery_embeds_each_architectures_bundle(monkeypatch):
     assert manifest["archs"] == {arch: f"{manifest['hash']}/model.{arch}.aimodelc" for arch in ("h16", "h17")}
     keys = set(result.data_store_output.pte_data)
     assert keys == {f"coreai/{manifest['hash']}/model.{arch}.aimodelc/model.bin" for arch in ("h16", "h17")}
+
+
+class MaskedByProduct(torch.nn.Module):
+    """Two boolean masks combined with `*`, as Hugging Face's sliding-window masks are."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * ((x > 0) * (x < 1)).to(x.dtype)
+
+
+def test_boolean_products_stay_outside_the_delegate_and_the_program_runs():
+    from coreai_partitioner.testing import assert_lowers_and_matches
+
+    assert_lowers_and_matches(MaskedByProduct(), torch.randn(4, 8), specs=[])

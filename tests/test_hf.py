@@ -47,6 +47,7 @@ def lowered_prefill(model: torch.nn.Module, tokens: torch.Tensor, before_export=
         ("llama", torch.float32, 5),  # 2 per layer + the final norm
         ("qwen2", torch.float32, 5),
         ("qwen3", torch.float32, 9),  # and q_norm, k_norm per layer
+        ("mistral", torch.float32, 5),
         ("llama", torch.float16, 5),
         ("qwen3", torch.float16, 9),
     ],

@@ -53,28 +53,52 @@ class Delegate:
         """
         if self.manifest is None:
             raise ValueError(f"delegate {self.index} of '{self.method}' ({self.backend_id}) is not a Core AI delegate")
-        if "path" not in self.manifest:
-            raise ValueError(
-                f"delegate {self.index} of '{self.method}' ships AOT-compiled .aimodelc bundles "
-                f"({self.packaging}), which run only on Apple devices; lower without "
-                "aot_compile_config to get a portable .aimodel"
-            )
-        if self.files:
-            root = Path(directory) / self.manifest["hash"]
-            for relative, data in self.files.items():
-                target = root / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
-            return Path(directory) / self.manifest["path"]
-        if sidecar_dir is None:
-            raise ValueError(
-                f"delegate {self.index} of '{self.method}' ships its asset as a sidecar; "
-                "pass sidecar_dir= (the directory COREAI_SIDECAR_DIR named at build time)"
-            )
-        path = Path(sidecar_dir) / self.manifest["path"]
-        if not path.is_dir():
-            raise FileNotFoundError(f"sidecar asset of delegate {self.index} of '{self.method}' not found: {path}")
-        return path
+        where = f"delegate {self.index} of '{self.method}'"
+        return materialize(self.manifest, self.files, directory, sidecar_dir=sidecar_dir, where=where)
+
+
+def materialize(
+    manifest: dict[str, Any],
+    files: dict[str, bytes],
+    directory: str | os.PathLike,
+    *,
+    sidecar_dir: str | os.PathLike | None = None,
+    where: str = "this delegate",
+) -> Path:
+    """The ``.aimodel`` a manifest names: ``files`` written under ``directory``, or the sidecar's."""
+    if "path" not in manifest:
+        raise ValueError(
+            f"{where} ships AOT-compiled .aimodelc bundles ({manifest.get('packaging')}), which "
+            "run only on Apple devices; lower without aot_compile_config to get a portable .aimodel"
+        )
+    if files:
+        root = Path(directory) / manifest["hash"]
+        for relative, data in files.items():
+            target = root / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        return Path(directory) / manifest["path"]
+    if sidecar_dir is None:
+        raise ValueError(
+            f"{where} ships its asset as a sidecar; pass sidecar_dir= (the directory "
+            "COREAI_SIDECAR_DIR named at build time)"
+        )
+    path = Path(sidecar_dir) / manifest["path"]
+    if not path.is_dir():
+        raise FileNotFoundError(f"sidecar asset of {where} not found: {path}")
+    return path
+
+
+def asset_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
+    """The files of the asset ``model_hash`` in a NamedDataStoreOutput, by path under ``<hash>/``."""
+    if named_data is None:
+        return {}
+    prefix = f"{_NAMED_DATA_PREFIX}{model_hash}/"
+    return {
+        key[len(prefix) :]: bytes(named_data.buffers[entry.buffer_index])
+        for key, entry in named_data.pte_data.items()
+        if key.startswith(prefix)
+    }
 
 
 @dataclass(frozen=True)
@@ -96,14 +120,6 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
     data = bytes(pte) if isinstance(pte, (bytes, bytearray, memoryview)) else Path(pte).read_bytes()
     pte_file = deserialize_pte_binary(data)
     program = pte_file.program
-    named: dict[str, bytes] = {}
-    if pte_file.named_data is not None:
-        buffers = pte_file.named_data.buffers
-        named = {
-            key: bytes(buffers[entry.buffer_index])
-            for key, entry in pte_file.named_data.pte_data.items()
-            if key.startswith(_NAMED_DATA_PREFIX)
-        }
 
     delegates = []
     instructions = {}
@@ -117,18 +133,16 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
         instructions[plan.name] = (sum(len(c.instructions) for c in plan.chains), calls)
         for index, delegate in enumerate(plan.delegates):
             payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
-            manifest = _manifest(delegate.id, payload)
-            files = {}
-            if manifest is not None:
-                prefix = f"{_NAMED_DATA_PREFIX}{manifest['hash']}/"
-                files = {key[len(prefix) :]: value for key, value in named.items() if key.startswith(prefix)}
+            manifest = coreai_manifest(delegate.id, payload)
+            files = {} if manifest is None else asset_files(pte_file.named_data, manifest["hash"])
             delegates.append(Delegate(plan.name, index, delegate.id, payload, manifest, files))
     return PteContents(
         tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), instructions
     )
 
 
-def _manifest(backend_id: str, payload: bytes) -> dict[str, Any] | None:
+def coreai_manifest(backend_id: str, payload: bytes) -> dict[str, Any] | None:
+    """A Core AI delegate's manifest, or None for another backend's delegate."""
     if backend_id not in COREAI_BACKEND_IDS:
         return None
     return json.loads(payload.decode("utf-8"))

@@ -14,7 +14,6 @@ delegates run in PyTorch, so partially delegated programs run end to end.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import tempfile
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .pte import Delegate, PteContents, read_pte
+from .pte import COREAI_BACKEND_IDS, PteContents, asset_files, coreai_manifest, materialize, read_pte
 from .runtime import LoadedAsset
 
 logger = logging.getLogger(__name__)
@@ -72,10 +71,9 @@ def _load(manifest: dict[str, Any], files: dict[str, bytes], sidecar_dir: str | 
     key = manifest["hash"]
     asset = _compiled.get(key)
     if asset is None:
-        delegate = Delegate("", 0, "", b"", manifest, files)
         with tempfile.TemporaryDirectory() as directory:
             sidecar = sidecar_dir if sidecar_dir is not None else os.environ.get("COREAI_SIDECAR_DIR")
-            asset = _compiled[key] = LoadedAsset(delegate.asset_path(directory, sidecar_dir=sidecar))
+            asset = _compiled[key] = LoadedAsset(materialize(manifest, files, directory, sidecar_dir=sidecar))
     return asset
 
 
@@ -111,18 +109,6 @@ def _to_torch(array: np.ndarray) -> torch.Tensor:
 
 
 _states: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-def _named_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
-    """A delegate's asset files from a NamedDataStoreOutput, by path under ``<hash>/``."""
-    if named_data is None:
-        return {}
-    prefix = f"coreai/{model_hash}/"
-    return {
-        key[len(prefix) :]: bytes(named_data.buffers[entry.buffer_index])
-        for key, entry in named_data.pte_data.items()
-        if key.startswith(prefix)
-    }
 
 
 def _initial_state(lowered_module: Any) -> dict[str, np.ndarray]:
@@ -162,14 +148,13 @@ class _DelegateRunner(torch.fx.Interpreter):
 
 
 def _coreai_manifest(backend_id: str, payload: bytes) -> dict[str, Any]:
-    from .pte import COREAI_BACKEND_IDS
-
-    if backend_id not in COREAI_BACKEND_IDS:
+    manifest = coreai_manifest(backend_id, bytes(payload))
+    if manifest is None:
         raise UnsupportedProgram(
             f"the program has a {backend_id} delegate; only Core AI delegates "
             f"({', '.join(COREAI_BACKEND_IDS)}) can run here"
         )
-    return json.loads(bytes(payload).decode("utf-8"))
+    return manifest
 
 
 def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
@@ -182,7 +167,7 @@ def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir
     else:
 
         def files_for(lowered: Any, manifest: dict) -> dict:
-            return _named_files(lowered.named_data_store_output, manifest["hash"])
+            return asset_files(lowered.named_data_store_output, manifest["hash"])
 
     try:
         exported_program = program.exported_program(method)

@@ -7,6 +7,7 @@ Failures found there become named regression tests below.
 from __future__ import annotations
 
 from fuzz_models import Config, build, configs, sample, specs
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from coreai_partitioner.testing import assert_lowers_and_matches
@@ -16,6 +17,7 @@ def check(config: Config) -> None:
     assert_lowers_and_matches(build(config), sample(config), specs=specs(config))
 
 
+@pytest.mark.filterwarnings("ignore:externalize_modules. none of")  # configs without any composite
 @settings(
     max_examples=15,
     derandomize=True,

@@ -19,11 +19,10 @@ _SCALARS = (type(None), bool, int, float, str)
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple | None:
-    key = []
-    for value in (*args, *sorted(kwargs.items())):
-        if isinstance(value, tuple):  # a (name, value) kwarg pair
-            name, value = value
-            key.append(name)
+    """The inputs' metadata (shapes, strides, dtypes, scalar values), or None when unsure."""
+    key: list[Any] = []
+    for name, value in (*enumerate(args), *sorted(kwargs.items())):
+        key.append(name)
         if isinstance(value, torch.Tensor):
             if any(isinstance(d, torch.SymInt) for d in (*value.shape, *value.stride())):
                 return None

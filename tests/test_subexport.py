@@ -158,7 +158,7 @@ def test_one_instance_with_two_shapes_is_exported_twice():
 def test_memoized_fake_impl_runs_the_forward_once_per_input_signature():
     calls = []
 
-    def forward(x, y):
+    def forward(x, y, extra=None):
         calls.append(1)
         return x @ y
 
@@ -173,3 +173,6 @@ def test_memoized_fake_impl_runs_the_forward_once_per_input_signature():
     assert len(calls) == 2
     assert second.shape == first.shape == (2, 5) and third.shape == (4, 5)
     assert second.stride() == first.stride() and second.dtype == first.dtype
+    with FakeTensorMode() as mode:  # a list or tuple argument is not memoized, and does not break the key
+        fake(mode.from_tensor(torch.empty(2, 3)), mode.from_tensor(torch.empty(3, 5)), (1, 2, 3))
+    assert len(calls) == 3

@@ -94,7 +94,8 @@ def _inspect(args: argparse.Namespace) -> int:
     print(f"{args.pte}: {contents.size:,} bytes, {len(contents.methods)} method(s)")
     with tempfile.TemporaryDirectory() as directory:
         for method in contents.methods:
-            count, calls = contents.instructions[method]
+            plan = contents.plans[method]
+            count, calls = len(plan.instructions), len(plan.delegate_calls)
             delegates = [d for d in contents.delegates if d.method == method]
             print(f"method '{method}': {count} instruction(s), {calls} delegate call(s), {len(delegates)} delegate(s)")
             for delegate in delegates:

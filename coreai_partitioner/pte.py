@@ -102,14 +102,26 @@ def asset_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
 
 
 @dataclass(frozen=True)
+class MethodPlan:
+    """A method's inputs and outputs (value indices) and its instructions' arguments."""
+
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    instructions: tuple[Any, ...]
+
+    @property
+    def delegate_calls(self) -> list[DelegateCall]:
+        return [args for args in self.instructions if isinstance(args, DelegateCall)]
+
+
+@dataclass(frozen=True)
 class PteContents:
     """What :func:`read_pte` found."""
 
     methods: tuple[str, ...]
     delegates: tuple[Delegate, ...]
     size: int
-    #: Per method: how many instructions it has, and how many are delegate calls.
-    instructions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    plans: dict[str, MethodPlan] = field(default_factory=dict)
 
     def coreai_delegates(self, method: str | None = None) -> list[Delegate]:
         return [d for d in self.delegates if d.is_coreai and method in (None, d.method)]
@@ -122,22 +134,20 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
     program = pte_file.program
 
     delegates = []
-    instructions = {}
+    plans = {}
     for plan in program.execution_plan:
-        calls = sum(
-            1
-            for chain in plan.chains
-            for instruction in chain.instructions
-            if isinstance(instruction.instr_args, DelegateCall)
+        plans[plan.name] = MethodPlan(
+            tuple(plan.inputs),
+            tuple(plan.outputs),
+            tuple(i.instr_args for chain in plan.chains for i in chain.instructions),
         )
-        instructions[plan.name] = (sum(len(c.instructions) for c in plan.chains), calls)
         for index, delegate in enumerate(plan.delegates):
             payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
             manifest = coreai_manifest(delegate.id, payload)
             files = {} if manifest is None else asset_files(pte_file.named_data, manifest["hash"])
             delegates.append(Delegate(plan.name, index, delegate.id, payload, manifest, files))
     return PteContents(
-        tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), instructions
+        tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), plans
     )
 
 

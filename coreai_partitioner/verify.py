@@ -66,14 +66,21 @@ def clear_cache() -> None:
     _pte_states.clear()
 
 
-def _load(manifest: dict[str, Any], files: dict[str, bytes], sidecar_dir: str | os.PathLike | None) -> LoadedAsset:
-    """The compiled asset of a delegate, compiled at most once per process."""
+def _load(
+    manifest: dict[str, Any],
+    files: Callable[[], dict[str, bytes]],
+    sidecar_dir: str | os.PathLike | None,
+) -> LoadedAsset:
+    """The compiled asset of a delegate, compiled at most once per process.
+
+    ``files`` is asked for the asset's bytes only when it is not compiled yet.
+    """
     key = manifest["hash"]
     asset = _compiled.get(key)
     if asset is None:
         with tempfile.TemporaryDirectory() as directory:
             sidecar = sidecar_dir if sidecar_dir is not None else os.environ.get("COREAI_SIDECAR_DIR")
-            asset = _compiled[key] = LoadedAsset(materialize(manifest, files, directory, sidecar_dir=sidecar))
+            asset = _compiled[key] = LoadedAsset(materialize(manifest, files(), directory, sidecar_dir=sidecar))
     return asset
 
 
@@ -138,7 +145,7 @@ class _DelegateRunner(torch.fx.Interpreter):
             return super().call_function(target, args, kwargs)
         lowered_module, *inputs = args
         manifest = _coreai_manifest(lowered_module.backend_id, lowered_module.processed_bytes)
-        asset = _load(manifest, self._files_for(lowered_module, manifest), self._sidecar_dir)
+        asset = _load(manifest, lambda: self._files_for(lowered_module, manifest), self._sidecar_dir)
         state = None
         if asset.state_names:
             state = _states.get(lowered_module)
@@ -159,11 +166,10 @@ def _coreai_manifest(backend_id: str, payload: bytes) -> dict[str, Any]:
 
 def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
     if hasattr(program, "buffer"):  # ExecutorchProgramManager: take assets from its .pte bytes
-        shipped = read_pte(program.buffer)
-        by_hash = {d.manifest["hash"]: d.files for d in shipped.delegates if d.is_coreai}
 
         def files_for(_lowered: Any, manifest: dict) -> dict:
-            return by_hash.get(manifest["hash"], {})
+            shipped = read_pte(program.buffer)
+            return next((d.files for d in shipped.coreai_delegates() if d.manifest["hash"] == manifest["hash"]), {})
     else:
 
         def files_for(lowered: Any, manifest: dict) -> dict:
@@ -185,17 +191,13 @@ _pte_states: dict[tuple[str, str, int], dict[str, Any]] = {}
 
 
 def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
-    from executorch.exir.schema import DelegateCall
-
-    from ._compat import deserialize_pte_binary
-
     contents: PteContents = read_pte(data)
     if method not in contents.methods:
         raise UnsupportedProgram(f"the .pte has no method {method!r}; it has {', '.join(contents.methods)}")
-    plan = next(p for p in deserialize_pte_binary(data).program.execution_plan if p.name == method)
-    instructions = [i for chain in plan.chains for i in chain.instructions]
+    plan = contents.plans[method]
+    instructions = plan.instructions
     delegates = contents.coreai_delegates(method)
-    if len(instructions) != 1 or not isinstance(instructions[0].instr_args, DelegateCall) or len(delegates) != 1:
+    if len(instructions) != 1 or len(plan.delegate_calls) != 1 or len(delegates) != 1:
         raise UnsupportedProgram(
             f"method {method!r} of this .pte is not one Core AI delegate call "
             f"({len(instructions)} instruction(s), {len(delegates)} Core AI delegate(s)). "
@@ -204,8 +206,8 @@ def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) 
             "to_executorch returned) to execute the operators outside the delegates in PyTorch."
         )
     (delegate,) = delegates
-    asset = _load(delegate.manifest, delegate.files, sidecar_dir)
-    args = list(instructions[0].instr_args.args)
+    asset = _load(delegate.manifest, lambda: delegate.files, sidecar_dir)
+    args = list(plan.delegate_calls[0].args)
     delegate_inputs, delegate_outputs = args[: len(asset.input_names)], args[len(asset.input_names) :]
     if list(plan.inputs) != delegate_inputs or list(plan.outputs) != delegate_outputs:
         raise UnsupportedProgram(

@@ -75,6 +75,14 @@ def seeded(module: torch.nn.Module) -> torch.nn.Module:
     return module.eval()
 
 
+def two_norms():
+    """TwoNorms with seeded norm weights, a sample, and its externalized program and records."""
+    model = seeded(TwoNorms())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+    return model, x, ep, records
+
+
 class TwoNorms(torch.nn.Module):
     def __init__(self, dim: int = 16) -> None:
         super().__init__()

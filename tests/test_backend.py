@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 from executorch.exir import to_edge
-from helpers import TwoNorms, asset_ir, assert_close, externalize, lower, run_delegate, seeded, to_pte
+from helpers import asset_ir, assert_close, lower, run_delegate, seeded, to_pte, two_norms
 
 from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_compile_config
 from coreai_partitioner.backends.apple_coreai import BACKEND_ID, CoreAICompositeBackend
@@ -19,13 +19,6 @@ from coreai_partitioner.build_records import CALL_SITE_KEY
 from coreai_torch.composite_ops import RMSNorm
 
 torch.manual_seed(0)
-
-
-def two_norms():
-    model = seeded(TwoNorms())
-    x = torch.randn(2, 4, 16)
-    ep, records = externalize(model, [x])
-    return model, x, ep, records
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:

@@ -7,7 +7,6 @@ import warnings
 import pytest
 import torch
 from helpers import (
-    TwoNorms,
     asset_ir,
     assert_close,
     externalize,
@@ -15,6 +14,7 @@ from helpers import (
     run_delegate,
     seeded,
     to_pte,
+    two_norms,
 )
 from tiny_transformer import Block, TinyTransformer
 
@@ -34,9 +34,7 @@ def rename_every_call(exported_program, prefix: str = "renamed_"):
 
 
 def test_two_rms_norms_survive_the_to_edge_rename_and_match_eager():
-    model = seeded(TwoNorms())
-    x = torch.randn(2, 4, 16)
-    ep, records = externalize(model, [x])
+    model, x, ep, records = two_norms()
 
     pte = to_pte(lower(ep, records))
 
@@ -51,9 +49,7 @@ def test_two_rms_norms_survive_the_to_edge_rename_and_match_eager():
 
 
 def test_renaming_transform_between_externalize_and_lowering_still_lowers():
-    model = seeded(TwoNorms())
-    x = torch.randn(2, 4, 16)
-    ep, records = externalize(model, [x])
+    model, x, ep, records = two_norms()
     rename_every_call(ep)
 
     # Without re-resolution, the converter sees call sites no lowering is registered for.
@@ -69,9 +65,7 @@ def test_renaming_transform_between_externalize_and_lowering_still_lowers():
 
 
 def test_records_are_not_mutated_and_lower_again():
-    model = seeded(TwoNorms())
-    x = torch.randn(2, 4, 16)
-    ep, records = externalize(model, [x])
+    model, x, ep, records = two_norms()
     before = [list(r.source_nodes) for r in records]
 
     lower(ep, records)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from helpers import TwoNorms, externalize, lower, seeded
+from helpers import TwoNorms, externalize, lower, seeded, two_norms
 from test_lowering import SplitBySort
 from tiny_transformer import TinyTransformer
 
@@ -47,9 +47,7 @@ def test_pte_that_is_not_one_delegate_call_gets_a_clear_error(tmp_path):
 @pytest.fixture(scope="module")
 def two_norms_pte(tmp_path_factory):
     directory = tmp_path_factory.mktemp("two_norms")
-    model = seeded(TwoNorms())
-    x = torch.randn(2, 4, 16)
-    ep, records = externalize(model, [x])
+    model, x, ep, records = two_norms()
     path = directory / "two_norms.pte"
     path.write_bytes(lower(ep, records).to_executorch().buffer)
     torch.save((x,), directory / "inputs.pt")

@@ -1,0 +1,79 @@
+"""Which nodes a Core AI delegate takes: upstream's rules, plus externalized call sites.
+
+Upstream's ``_OperatorsSupportedForCoreAIBackend`` decides for ordinary ops;
+an externalized call site is taken when the partitioner paired it with a
+record and the delegate can carry its operands.  Where this differs from
+upstream, the reason is in the method that differs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from . import _compat
+from .call_sites import externalized_op_name
+
+logger = logging.getLogger("coreai_partitioner.partitioner")
+
+
+class OperatorSupport(_compat.UpstreamOperatorSupport):
+    """Upstream's op support, plus the externalized call sites that have a record.
+
+    Rejected call sites are kept with the reason, for the error that follows.
+    """
+
+    def __init__(self, claimable: set[str], unpaired_ops: set[str]) -> None:
+        super().__init__(log=logger.isEnabledFor(logging.INFO))
+        self._claimable = claimable
+        self._unpaired_ops = unpaired_ops
+        self.rejected: dict[str, str] = {}
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op == "call_function" and _is_bool_mul(node):
+            # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
+            return False
+        if node.op != "call_function" or externalized_op_name(node.target) is None:
+            return super().is_node_supported(submodules, node)
+        reason = self._rejection(node, externalized_op_name(node.target))
+        if reason is not None:
+            self.rejected[node.name] = reason
+        return reason is None
+
+    def _rejection(self, node: torch.fx.Node, op_name: str) -> str | None:
+        if node.name not in self._claimable and op_name in self._unpaired_ops:
+            return (
+                "its call sites no longer pair one to one with its records (see the "
+                "UserWarning above); re-run externalize_modules on the transformed model"
+            )
+        if node.name not in self._claimable:
+            return (
+                "it has no record: pass the records externalize_modules returned for "
+                "this program as CoreAIPartitioner(externalized_modules=records)"
+            )
+        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False):
+            return (
+                "it is marked do_not_delegate, and nothing outside a Core AI delegate can run "
+                "a composite op; remove the mark, or leave its class out of the specs to keep "
+                "it as ordinary operators"
+            )
+        for val in _compat.node_tensor_vals(node):
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return "it takes a symbolic scalar, which a Core AI delegate cannot take"
+            if isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64):
+                return (
+                    f"it takes or returns a {val.dtype} tensor, which a Core AI delegate "
+                    "cannot carry; cast it to 32 bits before the call inside the model "
+                    "(get_default_passes() narrows only 64-bit graph inputs)"
+                )
+        return None
+
+
+def _is_bool_mul(node: torch.fx.Node) -> bool:
+    target = node.target._op if isinstance(node.target, _compat.EdgeOpOverload) else node.target
+    if target not in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul.Scalar):
+        return False
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool

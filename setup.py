@@ -26,6 +26,8 @@ setup(
         "coreai_partitioner": "coreai_partitioner",
         "coreai_partitioner.backends": "backends",
     },
+    # The host Core AI runtime backend is compiled from these on first use.
+    package_data={"coreai_partitioner.backends.apple_coreai": ["runtime/*.cpp", "runtime/*.h"]},
     install_requires=[
         "torch==2.13.0",
         "executorch==1.5.1",

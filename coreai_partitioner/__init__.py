@@ -38,6 +38,7 @@ The path of a record, from the model to the converter:
 from . import _compat, verify
 from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config, get_default_passes
 from .externalize import ExternalizedModules, externalize_modules
+from .host_runtime import load_runtime_backend
 from .partitioner import CoreAIPartitioner
 from .specs import default_specs, spec_for
 
@@ -51,6 +52,7 @@ __all__ = [
     "externalize_modules",
     "get_default_compile_config",
     "get_default_passes",
+    "load_runtime_backend",
     "spec_for",
 ]
 

@@ -1,0 +1,596 @@
+/*
+ * Core AI delegates on the host: ExecuTorch's runtime calls this backend,
+ * which runs each delegate's asset on coreai-core's runtime (Linux CPU
+ * included) through callbacks that coreai_partitioner.host_runtime registers.
+ *
+ * Registered as CoreAICompositeBackend (coreai-partitioner) and CoreAIBackend
+ * (upstream): both ship the same payload, a JSON manifest (Manifest.h).
+ *
+ * init    parses and validates the manifest, gathers the asset from the
+ *         program's named data (inline) or the sidecar directory, and has the
+ *         Python side compile it and create the delegate's state (mutable
+ *         buffers the delegate owns).  The state lives with the handle, so
+ *         it carries from call to call and two loads never share it.
+ * execute checks every input against the delegate's signature (count,
+ *         dtype, rank, static sizes) before coreai-core sees it, runs the
+ *         delegate, resizes dynamic outputs and copies the results out.
+ * destroy releases the Python side's delegate.
+ */
+
+#include "coreai_host_abi.h"
+#include "Manifest.h"
+
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
+#include <executorch/runtime/platform/log.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <sys/stat.h>
+#include <vector>
+
+namespace executorch {
+namespace backends {
+namespace coreai_host {
+
+using executorch::aten::ScalarType;
+using executorch::aten::SizesType;
+using executorch::aten::Tensor;
+using executorch::ET_RUNTIME_NAMESPACE::Backend;
+using executorch::ET_RUNTIME_NAMESPACE::BackendExecutionContext;
+using executorch::ET_RUNTIME_NAMESPACE::BackendInitContext;
+using executorch::ET_RUNTIME_NAMESPACE::CompileSpec;
+using executorch::ET_RUNTIME_NAMESPACE::DelegateHandle;
+using executorch::ET_RUNTIME_NAMESPACE::NamedDataMap;
+using executorch::runtime::ArrayRef;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+namespace {
+
+constexpr int64_t kErrorCapacity = 2048;
+constexpr int32_t kMaxDelegateIO = 1 << 14;
+
+struct Callbacks {
+  coreai_host_load_fn load = nullptr;
+  coreai_host_signature_fn signature = nullptr;
+  coreai_host_run_fn run = nullptr;
+  coreai_host_release_fn release = nullptr;
+};
+
+std::mutex g_mutex;
+Callbacks g_callbacks;
+std::string g_sidecar_dir;
+bool g_sidecar_dir_set = false;
+std::atomic<int64_t> g_live_delegates{0};
+
+Callbacks callbacks() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_callbacks;
+}
+
+// The sidecar directory: set by the Python side, else $COREAI_SIDECAR_DIR.
+bool sidecar_dir(std::string* out) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_sidecar_dir_set) {
+    *out = g_sidecar_dir;
+    return true;
+  }
+  const char* env = std::getenv("COREAI_SIDECAR_DIR");
+  if (env != nullptr && *env != '\0') {
+    *out = env;
+    return true;
+  }
+  return false;
+}
+
+bool real_path(const std::string& path, std::string* out) {
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) {
+    return false;
+  }
+  *out = resolved;
+  return true;
+}
+
+bool is_inside(const std::string& path, const std::string& directory) {
+  return path.size() > directory.size() && path.compare(0, directory.size(), directory) == 0 &&
+      (directory.back() == '/' || path[directory.size()] == '/');
+}
+
+size_t element_size(const std::string& dtype) {
+  if (dtype == "float32" || dtype == "int32" || dtype == "uint32") return 4;
+  if (dtype == "float16" || dtype == "bfloat16" || dtype == "int16" || dtype == "uint16") return 2;
+  if (dtype == "int64" || dtype == "uint64" || dtype == "float64") return 8;
+  if (dtype == "int8" || dtype == "uint8" || dtype == "bool") return 1;
+  return 0;
+}
+
+// shape's byte size, or false on overflow.
+bool byte_size(const std::vector<int64_t>& shape, size_t element, uint64_t* out) {
+  uint64_t total = element;
+  for (int64_t dim : shape) {
+    if (dim != 0 && total > UINT64_MAX / static_cast<uint64_t>(dim)) {
+      return false;
+    }
+    total *= static_cast<uint64_t>(dim);
+  }
+  *out = total;
+  return true;
+}
+
+thread_local char t_last_error[kErrorCapacity] = "";
+
+// Logs an error and keeps it for coreai_host_last_error().
+__attribute__((format(printf, 1, 2))) void report(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(t_last_error, sizeof(t_last_error), format, args);
+  va_end(args);
+  ET_LOG(Error, "%s", t_last_error);
+}
+
+const char* dtype_name(int32_t code) {
+  return executorch::runtime::toString(static_cast<ScalarType>(code));
+}
+
+} // namespace
+
+// One loaded delegate: its id on the Python side, its signature, and the
+// scratch the boundary structs live in (sized once, at init).
+struct CoreAIDelegate {
+  int64_t id = 0;
+  std::string name;  // "method 'forward', asset <hash prefix>"
+  std::vector<CoreAIHostTensor> input_signature;
+  std::vector<CoreAIHostTensor> output_signature;
+  std::vector<CoreAIHostTensor> inputs;
+  std::vector<CoreAIHostTensor> outputs;
+  std::vector<char> error;
+};
+
+class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::BackendInterface {
+ public:
+  explicit CoreAIHostBackend(const char* backend_id) : backend_id_(backend_id) {}
+
+  bool is_available() const override {
+    return true;  // init explains what is missing when the Python side is not registered
+  }
+
+  Result<DelegateHandle*> init(
+      BackendInitContext& context,
+      FreeableBuffer* processed,
+      ET_UNUSED ArrayRef<CompileSpec> compile_specs) const override {
+    const char* method = context.get_method_name() ? context.get_method_name() : "?";
+    Callbacks python = callbacks();
+    if (python.load == nullptr) {
+      report("%s delegate in method '%s': the Core AI host runtime is not registered; "
+          "call coreai_partitioner.load_runtime_backend() in this process before loading the method",
+          backend_id_,
+          method);
+      return Error::InvalidState;
+    }
+
+    Manifest manifest;
+    std::string problem;
+    if (!parse_manifest(processed->data(), processed->size(), &manifest, &problem)) {
+      report("%s delegate in method '%s': %s; the .pte is corrupt or was not written by a Core AI "
+          "backend, export it again",
+          backend_id_,
+          method,
+          problem.c_str());
+      return Error::InvalidProgram;
+    }
+    std::string manifest_json(static_cast<const char*>(processed->data()), processed->size());
+    processed->Free();
+
+    auto delegate = std::make_unique<CoreAIDelegate>();
+    delegate->name = std::string(backend_id_) + " delegate in method '" + method + "' (asset " +
+        manifest.hash.substr(0, 12) + ")";
+    const char* name = delegate->name.c_str();
+    if (manifest.is_aot_compiled()) {
+      report("%s ships AOT-compiled .aimodelc bundles (%s), which run only on Apple devices; "
+          "lower without aot_compile_config to get a portable .aimodel that runs here",
+          name,
+          manifest.packaging.c_str());
+      return Error::NotSupported;
+    }
+
+    CoreAIHostLoadRequest request{};
+    request.method = method;
+    request.manifest_json = manifest_json.c_str();
+    request.manifest_nbytes = static_cast<int64_t>(manifest_json.size());
+
+    std::vector<FreeableBuffer> buffers;
+    std::vector<CoreAIHostFile> files;
+    std::string asset_dir, asset_root;
+    Error status = manifest.is_inline()
+        ? gather_inline(manifest, context.get_named_data_map(), name, &buffers, &files)
+        : locate_sidecar(manifest, name, &asset_dir, &asset_root);
+    if (status != Error::Ok) {
+      return status;
+    }
+    if (manifest.is_inline()) {
+      request.files = files.data();
+      request.num_files = static_cast<int64_t>(files.size());
+    } else {
+      request.asset_dir = asset_dir.c_str();
+      request.asset_root = asset_root.c_str();
+    }
+
+    delegate->error.assign(kErrorCapacity, '\0');
+    int32_t num_inputs = 0, num_outputs = 0;
+    delegate->id = python.load(&request, &num_inputs, &num_outputs, delegate->error.data(), kErrorCapacity);
+    buffers.clear();  // the Python side has its own copy of the asset now
+    if (delegate->id <= 0) {
+      report("%s: %s", name, delegate->error.data());
+      return Error::InvalidProgram;
+    }
+    if (num_inputs < 0 || num_outputs < 0 || num_inputs > kMaxDelegateIO || num_outputs > kMaxDelegateIO) {
+      report("%s: the asset declares %d inputs and %d outputs", name, num_inputs, num_outputs);
+      python.release(delegate->id);
+      return Error::InvalidProgram;
+    }
+    delegate->input_signature.resize(num_inputs);
+    delegate->output_signature.resize(num_outputs);
+    delegate->inputs.resize(num_inputs);
+    delegate->outputs.resize(num_outputs);
+    if (python.signature(
+            delegate->id,
+            delegate->input_signature.data(),
+            delegate->output_signature.data(),
+            delegate->error.data(),
+            kErrorCapacity) != 0) {
+      report("%s: %s", name, delegate->error.data());
+      python.release(delegate->id);
+      return Error::InvalidProgram;
+    }
+    g_live_delegates.fetch_add(1);
+    return delegate.release();
+  }
+
+  Error execute(
+      ET_UNUSED BackendExecutionContext& context,
+      DelegateHandle* handle,
+      Span<EValue*> args) const override {
+    auto* delegate = static_cast<CoreAIDelegate*>(handle);
+    const char* name = delegate->name.c_str();
+    const size_t num_inputs = delegate->inputs.size();
+    const size_t num_outputs = delegate->outputs.size();
+    if (args.size() != num_inputs + num_outputs) {
+      report("%s takes %zu inputs and %zu outputs, the method gives it %zu values; "
+          "the .pte does not match its asset, export it again",
+          name,
+          num_inputs,
+          num_outputs,
+          args.size());
+      return Error::InvalidArgument;
+    }
+    for (size_t i = 0; i < num_inputs; ++i) {
+      Error status = check_input(*delegate, i, *args[i], &delegate->inputs[i]);
+      if (status != Error::Ok) {
+        return status;
+      }
+    }
+    for (size_t i = 0; i < num_outputs; ++i) {
+      const EValue& value = *args[num_inputs + i];
+      if (!value.isTensor() ||
+          static_cast<int32_t>(value.toTensor().scalar_type()) != delegate->output_signature[i].dtype) {
+        report("%s: output %zu is not a %s tensor; the .pte does not match its asset, export it again",
+            name,
+            i,
+            dtype_name(delegate->output_signature[i].dtype));
+        return Error::InvalidArgument;
+      }
+    }
+
+    Callbacks python = callbacks();
+    if (python.run == nullptr) {
+      report("%s: the Core AI host runtime was unregistered (interpreter shutting down?)", name);
+      return Error::InvalidState;
+    }
+    delegate->error[0] = '\0';
+    if (python.run(
+            delegate->id,
+            delegate->inputs.data(),
+            static_cast<int32_t>(num_inputs),
+            delegate->outputs.data(),
+            static_cast<int32_t>(num_outputs),
+            delegate->error.data(),
+            kErrorCapacity) != 0) {
+      report("%s: %s", name, delegate->error.data());
+      return Error::InvalidState;
+    }
+
+    for (size_t i = 0; i < num_outputs; ++i) {
+      Error status = copy_output(*delegate, i, delegate->outputs[i], args[num_inputs + i]->toTensor());
+      if (status != Error::Ok) {
+        return status;
+      }
+    }
+    return Error::Ok;
+  }
+
+  void destroy(DelegateHandle* handle) const override {
+    auto* delegate = static_cast<CoreAIDelegate*>(handle);
+    if (delegate == nullptr) {
+      return;
+    }
+    Callbacks python = callbacks();
+    if (python.release != nullptr) {
+      python.release(delegate->id);
+    }
+    g_live_delegates.fetch_sub(1);
+    delete delegate;
+  }
+
+ private:
+  const char* backend_id_;
+
+  // The inline asset's files, from the program's named data.
+  Error gather_inline(
+      const Manifest& manifest,
+      const NamedDataMap* named_data,
+      const char* name,
+      std::vector<FreeableBuffer>* buffers,
+      std::vector<CoreAIHostFile>* files) const {
+    if (named_data == nullptr) {
+      report("%s ships its asset inline, but the program has no named data; export it again", name);
+      return Error::InvalidProgram;
+    }
+    const std::string bundle = manifest.bundle() + "/";
+    bool has_bundle = false;
+    buffers->reserve(manifest.files.size());
+    files->reserve(manifest.files.size());
+    for (const std::string& file : manifest.files) {
+      has_bundle = has_bundle || file.rfind(bundle, 0) == 0;
+      std::string key = "coreai/" + manifest.hash + "/" + file;
+      Result<FreeableBuffer> data = named_data->get_data(key.c_str());
+      if (!data.ok()) {
+        report("%s: the program's named data holds no '%s' (error 0x%x); the .pte is truncated or corrupt, "
+            "export it again",
+            name,
+            key.c_str(),
+            static_cast<unsigned>(data.error()));
+        return Error::InvalidProgram;
+      }
+      buffers->push_back(std::move(data.get()));
+      files->push_back({file.c_str(), buffers->back().data(), static_cast<int64_t>(buffers->back().size())});
+    }
+    if (!has_bundle) {
+      report("%s: the manifest lists no file of its asset '%s'; export it again", name, manifest.path.c_str());
+      return Error::InvalidProgram;
+    }
+    for (const InitialState& state : manifest.initial_state) {
+      const CoreAIHostFile* found = nullptr;
+      for (const CoreAIHostFile& file : *files) {
+        found = state.file == file.path ? &file : found;
+      }
+      if (found == nullptr) {
+        report("%s: the initial value of state '%s' (%s) is not in the program's named data; export it again",
+               name, state.name.c_str(), state.file.c_str());
+        return Error::InvalidProgram;
+      }
+      Error status = check_initial_state(state, static_cast<uint64_t>(found->nbytes), name);
+      if (status != Error::Ok) {
+        return status;
+      }
+    }
+    return Error::Ok;
+  }
+
+  // The sidecar asset's directory, resolved and kept inside the sidecar dir.
+  Error locate_sidecar(const Manifest& manifest, const char* name, std::string* asset_dir, std::string* asset_root)
+      const {
+    std::string base;
+    if (!sidecar_dir(&base)) {
+      report("%s ships its asset as a sidecar ('%s'), and no sidecar directory is set; load the .pte with "
+          "coreai_partitioner.host_runtime.load_program(path) (it looks next to the .pte) or set "
+          "COREAI_SIDECAR_DIR to the directory holding '%s/'",
+          name,
+          manifest.path.c_str(),
+          manifest.hash.c_str());
+      return Error::NotFound;
+    }
+    std::string real_base;
+    if (!real_path(base, &real_base)) {
+      report("%s: the sidecar directory '%s' does not exist; copy the asset directory '%s/' there or "
+             "point COREAI_SIDECAR_DIR at it", name, base.c_str(), manifest.hash.c_str());
+      return Error::NotFound;
+    }
+    std::string real_asset;
+    if (!real_path(real_base + "/" + manifest.path, &real_asset)) {
+      report("%s: sidecar asset '%s' not found in '%s'; ship the '%s/' directory beside the .pte (or set "
+          "COREAI_SIDECAR_DIR to where it is)",
+          name,
+          manifest.path.c_str(),
+          real_base.c_str(),
+          manifest.hash.c_str());
+      return Error::NotFound;
+    }
+    std::string real_root;
+    if (!real_path(real_base + "/" + manifest.hash, &real_root) || !is_inside(real_root, real_base) ||
+        !is_inside(real_asset, real_root)) {
+      report("%s: sidecar asset '%s' resolves to '%s', outside the sidecar directory '%s'; refusing it",
+             name, manifest.path.c_str(), real_asset.c_str(), real_base.c_str());
+      return Error::InvalidProgram;
+    }
+    struct stat info;
+    if (::stat(real_asset.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+      report("%s: sidecar asset '%s' is not a directory; ship the whole '%s/' directory", name,
+             real_asset.c_str(), manifest.hash.c_str());
+      return Error::InvalidProgram;
+    }
+    for (const InitialState& state : manifest.initial_state) {
+      std::string real_file;
+      if (!real_path(real_root + "/" + state.file, &real_file) || !is_inside(real_file, real_root) ||
+          ::stat(real_file.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+        report("%s: the initial value of state '%s' ('%s') is missing from the sidecar directory '%s' "
+               "or leaves it; ship the whole '%s/' directory", name, state.name.c_str(), state.file.c_str(),
+               real_root.c_str(), manifest.hash.c_str());
+        return Error::NotFound;
+      }
+      Error status = check_initial_state(state, static_cast<uint64_t>(info.st_size), name);
+      if (status != Error::Ok) {
+        return status;
+      }
+    }
+    *asset_dir = real_asset;
+    *asset_root = real_root;
+    return Error::Ok;
+  }
+
+  static Error check_initial_state(const InitialState& state, uint64_t file_bytes, const char* name) {
+    size_t element = element_size(state.dtype);
+    uint64_t expected = 0;
+    if (element == 0 || !byte_size(state.shape, element, &expected) || expected != file_bytes) {
+      report("%s: the initial value of state '%s' has %llu bytes, its manifest entry (%s, rank %zu) "
+             "disagrees; the .pte or its sidecar is corrupt, export it again", name, state.name.c_str(),
+             static_cast<unsigned long long>(file_bytes), state.dtype.c_str(), state.shape.size());
+      return Error::InvalidProgram;
+    }
+    return Error::Ok;
+  }
+
+  static Error check_input(const CoreAIDelegate& delegate, size_t index, const EValue& value, CoreAIHostTensor* out) {
+    const char* name = delegate.name.c_str();
+    const CoreAIHostTensor& expected = delegate.input_signature[index];
+    if (!value.isTensor()) {
+      report("%s: input %zu is not a tensor (tag %d); pass a %s tensor", name, index,
+             static_cast<int>(value.tag), dtype_name(expected.dtype));
+      return Error::InvalidArgument;
+    }
+    const Tensor& tensor = value.toTensor();
+    if (static_cast<int32_t>(tensor.scalar_type()) != expected.dtype) {
+      report("%s: input %zu is %s, the delegate takes %s; pass the dtype the model was exported with",
+             name, index, dtype_name(static_cast<int32_t>(tensor.scalar_type())), dtype_name(expected.dtype));
+      return Error::InvalidArgument;
+    }
+    if (tensor.dim() != expected.rank) {
+      report("%s: input %zu has rank %zd, the delegate takes rank %d; pass the shape the model was "
+             "exported with", name, index, static_cast<ssize_t>(tensor.dim()), expected.rank);
+      return Error::InvalidArgument;
+    }
+    out->data = tensor.mutable_data_ptr();
+    out->nbytes = static_cast<int64_t>(tensor.nbytes());
+    out->dtype = expected.dtype;
+    out->rank = expected.rank;
+    for (int32_t d = 0; d < expected.rank; ++d) {
+      int64_t size = tensor.size(d);
+      if (expected.sizes[d] >= 0 ? size != expected.sizes[d] : size < 0) {
+        report("%s: input %zu has size %lld in dimension %d, the delegate takes %lld; pass the shape "
+               "the model was exported with", name, index, static_cast<long long>(size), d,
+               static_cast<long long>(expected.sizes[d]));
+        return Error::InvalidArgument;
+      }
+      out->sizes[d] = size;
+    }
+    if (out->data == nullptr && out->nbytes > 0) {
+      report("%s: input %zu has no data", name, index);
+      return Error::InvalidArgument;
+    }
+    return Error::Ok;
+  }
+
+  static Error copy_output(const CoreAIDelegate& delegate, size_t index, const CoreAIHostTensor& result, Tensor out) {
+    const char* name = delegate.name.c_str();
+    if (result.dtype != static_cast<int32_t>(out.scalar_type()) || result.rank != out.dim() || result.rank < 0 ||
+        result.rank > COREAI_HOST_MAX_RANK) {
+      report("%s: output %zu came back as %s of rank %d, the method expects %s of rank %zd; the .pte "
+             "does not match its asset, export it again", name, index, dtype_name(result.dtype), result.rank,
+             dtype_name(static_cast<int32_t>(out.scalar_type())), static_cast<ssize_t>(out.dim()));
+      return Error::InvalidState;
+    }
+    bool same_shape = true;
+    for (int32_t d = 0; d < result.rank; ++d) {
+      same_shape = same_shape && out.size(d) == result.sizes[d];
+    }
+    if (!same_shape) {
+      SizesType sizes[COREAI_HOST_MAX_RANK];
+      for (int32_t d = 0; d < result.rank; ++d) {
+        if (result.sizes[d] < 0 || result.sizes[d] > INT32_MAX) {
+          report("%s: output %zu has a size out of bounds", name, index);
+          return Error::InvalidState;
+        }
+        sizes[d] = static_cast<SizesType>(result.sizes[d]);
+      }
+      Error status = executorch::runtime::resize_tensor(out, {sizes, static_cast<size_t>(result.rank)});
+      if (status != Error::Ok) {
+        report("%s: output %zu cannot take the delegate's result shape (it exceeds the bound the method "
+               "was planned for, or the output is static); export with a larger bound", name, index);
+        return status;
+      }
+    }
+    if (static_cast<int64_t>(out.nbytes()) != result.nbytes || (result.nbytes > 0 && result.data == nullptr)) {
+      report("%s: output %zu has %lld bytes, the method's output %zu", name, index,
+             static_cast<long long>(result.nbytes), static_cast<size_t>(out.nbytes()));
+      return Error::InvalidState;
+    }
+    if (result.nbytes > 0) {
+      std::memcpy(out.mutable_data_ptr(), result.data, static_cast<size_t>(result.nbytes));
+    }
+    return Error::Ok;
+  }
+};
+
+namespace {
+CoreAIHostBackend composite_backend("CoreAICompositeBackend");
+CoreAIHostBackend upstream_backend("CoreAIBackend");
+Backend composite_registration{"CoreAICompositeBackend", &composite_backend};
+Backend upstream_registration{"CoreAIBackend", &upstream_backend};
+const Error composite_registered = executorch::ET_RUNTIME_NAMESPACE::register_backend(composite_registration);
+const Error upstream_registered = executorch::ET_RUNTIME_NAMESPACE::register_backend(upstream_registration);
+} // namespace
+
+} // namespace coreai_host
+} // namespace backends
+} // namespace executorch
+
+extern "C" {
+
+__attribute__((visibility("default"))) int32_t coreai_host_set_callbacks(
+    coreai_host_load_fn load,
+    coreai_host_signature_fn signature,
+    coreai_host_run_fn run,
+    coreai_host_release_fn release) {
+  using namespace executorch::backends::coreai_host;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_callbacks = Callbacks{load, signature, run, release};
+  return COREAI_HOST_ABI_VERSION;
+}
+
+__attribute__((visibility("default"))) void coreai_host_set_sidecar_dir(const char* directory) {
+  using namespace executorch::backends::coreai_host;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_sidecar_dir_set = directory != nullptr;
+  g_sidecar_dir = directory != nullptr ? directory : "";
+}
+
+__attribute__((visibility("default"))) const char* coreai_host_last_error(void) {
+  return executorch::backends::coreai_host::t_last_error;
+}
+
+__attribute__((visibility("default"))) void coreai_host_clear_last_error(void) {
+  executorch::backends::coreai_host::t_last_error[0] = '\0';
+}
+
+__attribute__((visibility("default"))) int64_t coreai_host_live_delegates(void) {
+  return executorch::backends::coreai_host::g_live_delegates.load();
+}
+
+__attribute__((visibility("default"))) int32_t coreai_host_registration_status(void) {
+  using namespace executorch::backends::coreai_host;
+  return static_cast<int32_t>(composite_registered) | (static_cast<int32_t>(upstream_registered) << 8);
+}
+
+} // extern "C"

@@ -1,0 +1,522 @@
+"""Run Core AI delegates inside ExecuTorch's own runtime, on this machine.
+
+ExecuTorch 1.5.1 ships no Core AI runtime.  This module builds one: a C++
+backend (``backends/apple_coreai/runtime/``, installed with the package)
+registered in the wheel's ``libexecutorch.so`` as ``CoreAICompositeBackend``
+and ``CoreAIBackend``, which runs each delegate's asset on coreai-core's
+runtime through ctypes callbacks into this module.
+
+    from coreai_partitioner import load_runtime_backend
+    from executorch.runtime import Runtime
+    load_runtime_backend()
+    outputs = Runtime.get().load_program("model.pte").load_method("forward").execute([x])
+
+The boundary, one delegate at a time:
+
+* ``init`` (C++) validates the manifest and gathers the asset's bytes (the
+  program's named data, or the sidecar directory with every path kept inside
+  it), then :func:`_load` compiles the asset and creates the delegate's
+  state: mutable buffers it took over, starting from the initial values the
+  ``.pte`` ships (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
+  The state belongs to that loaded method and carries from call to call.
+* ``execute`` (C++) checks every input against the signature :func:`_signature`
+  reported; :func:`_run` views the inputs without copying, runs coreai-core,
+  and hands back its output arrays, which the backend copies into
+  ExecuTorch's outputs (resizing dynamic ones).
+* ``destroy`` calls :func:`_release`.
+
+The library is compiled on first use with the system C++ compiler (``$CXX``,
+``c++`` or ``g++``) against the executorch wheel's headers, and cached by the
+hash of its sources and the executorch version in ``$COREAI_PARTITIONER_CACHE``
+(default ``$XDG_CACHE_HOME/coreai_partitioner`` or ``~/.cache/coreai_partitioner``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import hashlib
+import importlib.metadata
+import itertools
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .runtime import LoadedAsset
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BACKEND_IDS",
+    "BuildError",
+    "library_path",
+    "live_delegates",
+    "load_program",
+    "load_runtime_backend",
+    "last_error",
+    "sidecars_in",
+]
+
+#: The backend ids the library registers (ours and upstream's; same payload).
+BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
+
+_SOURCES = ("CoreAIHostBackend.cpp", "Manifest.h", "coreai_host_abi.h")
+_MAX_RANK = 16
+_ABI_VERSION = 1
+
+
+class BuildError(RuntimeError):
+    """The host backend library could not be built; the message says what to install or fix."""
+
+
+# ---------------------------------------------------------------- build
+
+
+def _source_dir() -> Path:
+    # Editable installs map coreai_partitioner.backends to the repo's backends/.
+    from .backends import apple_coreai
+
+    return Path(apple_coreai.__file__).resolve().parent / "runtime"
+
+
+def _executorch_dir() -> Path:
+    import executorch.runtime
+
+    return Path(executorch.runtime.__file__).resolve().parent.parent
+
+
+def _cache_dir() -> Path:
+    explicit = os.environ.get("COREAI_PARTITIONER_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "coreai_partitioner"
+
+
+def _compile_command(compiler: str, source: Path, output: Path) -> list[str]:
+    site = _executorch_dir()
+    include = site / "include"
+    lib = site / "lib"
+    return [
+        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        f"-I{include}", f"-I{include / 'executorch/runtime/core/portable_type/c10'}",
+        str(source), "-o", str(output),
+        f"-L{lib}", "-lexecutorch", f"-Wl,-rpath,{lib}",
+    ]
+
+
+def library_path() -> Path:
+    """The cached host backend library, built first if this source and executorch version have none."""
+    sources = _source_dir()
+    missing = [name for name in _SOURCES if not (sources / name).is_file()]
+    if missing:
+        raise BuildError(
+            f"the host backend's C++ sources are missing from {sources} ({', '.join(missing)}); "
+            "reinstall coreai-partitioner (pip install -e . or pip install .)"
+        )
+    digest = hashlib.sha256()
+    for name in _SOURCES:
+        digest.update(name.encode() + b"\0" + (sources / name).read_bytes())
+    digest.update(importlib.metadata.version("executorch").encode())
+    digest.update(str(_executorch_dir()).encode())
+    target = _cache_dir() / f"libcoreai_host_{digest.hexdigest()[:16]}.so"
+    if target.is_file():
+        return target
+    _build(sources / _SOURCES[0], target)
+    return target
+
+
+def _find_compiler() -> str:
+    for candidate in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if candidate and shutil.which(candidate):
+            return candidate
+    raise BuildError(
+        "no C++ compiler found to build the Core AI host backend; install one "
+        "(Debian/Ubuntu: apt-get install g++, Fedora: dnf install gcc-c++, macOS: xcode-select --install) "
+        "or point CXX at it"
+    )
+
+
+def _build(source: Path, target: Path) -> None:
+    compiler = _find_compiler()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the target and rename: another process building at the same
+    # time renames a complete library over ours, never a partial one.
+    fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(fd)
+    command = _compile_command(compiler, source, Path(partial))
+    logger.info("building the Core AI host backend: %s", " ".join(command))
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise BuildError(
+                f"building the Core AI host backend failed ({compiler}, exit {result.returncode}):\n"
+                f"{result.stderr.strip()}\ncommand: {' '.join(command)}"
+            )
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+
+
+# ---------------------------------------------------------------- ABI
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("nbytes", ctypes.c_int64),
+        ("dtype", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("sizes", ctypes.c_int64 * _MAX_RANK),
+    ]
+
+
+class _File(ctypes.Structure):
+    _fields_ = [("path", ctypes.c_char_p), ("data", ctypes.c_void_p), ("nbytes", ctypes.c_int64)]
+
+
+class _LoadRequest(ctypes.Structure):
+    _fields_ = [
+        ("method", ctypes.c_char_p),
+        ("manifest_json", ctypes.c_void_p),
+        ("manifest_nbytes", ctypes.c_int64),
+        ("asset_dir", ctypes.c_char_p),
+        ("asset_root", ctypes.c_char_p),
+        ("files", ctypes.POINTER(_File)),
+        ("num_files", ctypes.c_int64),
+    ]
+
+
+_LoadFn = ctypes.CFUNCTYPE(
+    ctypes.c_int64, ctypes.POINTER(_LoadRequest), ctypes.POINTER(ctypes.c_int32),
+    ctypes.POINTER(ctypes.c_int32), ctypes.c_void_p, ctypes.c_int64,
+)
+_SignatureFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(_Tensor), ctypes.POINTER(_Tensor), ctypes.c_void_p, ctypes.c_int64
+)
+_RunFn = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(_Tensor), ctypes.c_int32,
+    ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+)
+_ReleaseFn = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+
+# ExecuTorch ScalarType codes by numpy dtype name.
+_SCALAR_TYPES = {
+    "uint8": 0, "int8": 1, "int16": 2, "int32": 3, "int64": 4,
+    "float16": 5, "float32": 6, "float64": 7, "bool": 11, "bfloat16": 15,
+}
+_DTYPES: dict[int, np.dtype] = {}
+
+
+def _dtype(code: int) -> np.dtype:
+    if not _DTYPES:
+        import ml_dtypes
+
+        for name, value in _SCALAR_TYPES.items():
+            _DTYPES[value] = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
+    return _DTYPES[code]
+
+
+def _scalar_type(dtype: Any, what: str) -> int:
+    name = np.dtype(dtype).name
+    if name not in _SCALAR_TYPES:
+        raise ValueError(f"{what} has dtype {name}, which ExecuTorch tensors cannot hold")
+    return _SCALAR_TYPES[name]
+
+
+# ---------------------------------------------------------------- delegates
+
+
+@dataclass
+class _Delegate:
+    method: str
+    manifest: dict[str, Any]
+    asset: LoadedAsset
+    state: dict[str, Any]
+    input_dtypes: list[np.dtype] = field(default_factory=list)
+    #: The last run's output arrays; the backend copies from them.
+    outputs: list[np.ndarray] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"Core AI delegate in method '{self.method}' (asset {self.manifest['hash'][:12]})"
+
+
+_delegates: dict[int, _Delegate] = {}
+_ids = itertools.count(1)
+
+
+def _report(error: BaseException, buffer: int, capacity: int) -> None:
+    """Hand a failure to the backend, which logs it with the delegate's name."""
+    message = str(error) if isinstance(error, (ValueError, RuntimeError, KeyError)) else f"{type(error).__name__}: {error}"
+    encoded = message.encode("utf-8", "replace")[: max(capacity - 1, 0)]
+    ctypes.memmove(buffer, encoded + b"\0", len(encoded) + 1)
+
+
+def _load(request_ptr: Any, num_inputs: Any, num_outputs: Any, error: int, capacity: int) -> int:
+    try:
+        request = request_ptr.contents
+        method = request.method.decode()
+        manifest = json.loads(ctypes.string_at(request.manifest_json, request.manifest_nbytes))
+        if request.asset_dir:
+            asset = LoadedAsset(request.asset_dir.decode())
+            initial = _initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
+        else:
+            files = {
+                request.files[i].path.decode(): (request.files[i].data, request.files[i].nbytes)
+                for i in range(request.num_files)
+            }
+            asset = _load_inline(manifest, files)
+            initial = _initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
+        try:
+            state = _new_state(asset, initial, manifest)
+            delegate = _Delegate(method, manifest, asset, state)
+            delegate.input_dtypes = [
+                np.dtype(asset._function.desc.input_descriptor(n).dtype) for n in asset.input_names
+            ]
+        except BaseException:
+            asset.close()
+            raise
+        delegate_id = next(_ids)
+        _delegates[delegate_id] = delegate
+        num_inputs[0] = len(asset.input_names)
+        num_outputs[0] = len(asset.output_names)
+        return delegate_id
+    except BaseException as e:  # noqa: BLE001 - nothing may unwind into C++
+        _report(e, error, capacity)
+        return 0
+
+
+def _load_inline(manifest: dict[str, Any], files: dict[str, tuple[int, int]]) -> LoadedAsset:
+    bundle = manifest["path"].split("/", 1)[1] + "/"
+    with tempfile.TemporaryDirectory(prefix="coreai-host-") as directory:
+        root = Path(directory) / manifest["hash"]
+        for path, (data, nbytes) in files.items():
+            if not path.startswith(bundle):
+                continue  # initial state values and the like stay in memory
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as out:
+                out.write((ctypes.c_char * nbytes).from_address(data) if nbytes else b"")
+        # The runtime compiles its own copy; the directory may go right after.
+        return LoadedAsset(Path(directory) / manifest["path"])
+
+
+def _initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray]:
+    values = {}
+    for name, entry in (manifest.get("initial_state") or {}).items():
+        import ml_dtypes  # noqa: F401 - makes np.dtype("bfloat16") resolvable
+
+        dtype = np.dtype(ml_dtypes.bfloat16) if entry["dtype"] == "bfloat16" else np.dtype(entry["dtype"])
+        values[name] = np.frombuffer(read(entry["file"]), dtype=dtype).reshape(entry["shape"]).copy()
+    return values
+
+
+def _new_state(asset: LoadedAsset, initial: dict[str, np.ndarray], manifest: dict[str, Any]) -> dict[str, Any]:
+    desc = asset._function.desc
+    unknown = sorted(set(initial) - set(asset.state_names))
+    if unknown:
+        raise ValueError(
+            f"the manifest gives initial values for {', '.join(unknown)}, which the asset has no state for; "
+            "the .pte is corrupt, export it again"
+        )
+    for name, value in initial.items():
+        declared = desc.state_descriptor(name)
+        if tuple(value.shape) != tuple(declared.shape) or value.dtype != np.dtype(declared.dtype):
+            raise ValueError(
+                f"the initial value of state '{name}' is {value.dtype}{list(value.shape)}, the asset declares "
+                f"{np.dtype(declared.dtype)}{list(declared.shape)}; the .pte is corrupt, export it again"
+            )
+    return asset.new_state(initial)
+
+
+def _signature(delegate_id: int, inputs: Any, outputs: Any, error: int, capacity: int) -> int:
+    try:
+        delegate = _delegates[delegate_id]
+        desc = delegate.asset._function.desc
+        for i, name in enumerate(delegate.asset.input_names):
+            _describe(desc.input_descriptor(name), inputs[i], f"{delegate.name}: input '{name}'")
+        for i, name in enumerate(delegate.asset.output_names):
+            _describe(desc.output_descriptor(name), outputs[i], f"{delegate.name}: output '{name}'")
+        return 0
+    except BaseException as e:  # noqa: BLE001
+        _report(e, error, capacity)
+        return 1
+
+
+def _describe(descriptor: Any, out: _Tensor, what: str) -> None:
+    shape = list(descriptor.shape)
+    if len(shape) > _MAX_RANK:
+        raise ValueError(f"{what} has rank {len(shape)}; ExecuTorch tensors have at most {_MAX_RANK} dimensions")
+    out.dtype = _scalar_type(descriptor.dtype, what)
+    out.rank = len(shape)
+    for d, size in enumerate(shape):
+        out.sizes[d] = size if isinstance(size, int) and size >= 0 else -1
+
+
+def _run(
+    delegate_id: int, inputs: Any, num_inputs: int, outputs: Any, num_outputs: int, error: int, capacity: int
+) -> int:
+    try:
+        delegate = _delegates[delegate_id]
+        asset = delegate.asset
+        arrays = {}
+        for i, name in enumerate(asset.input_names):
+            tensor = inputs[i]
+            shape = tuple(tensor.sizes[: tensor.rank])
+            dtype = delegate.input_dtypes[i]
+            if tensor.nbytes:
+                buffer = (ctypes.c_char * tensor.nbytes).from_address(tensor.data)
+                arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+            else:
+                arrays[name] = np.empty(shape, dtype=dtype)
+        results = asset(arrays, delegate.state)
+        delegate.outputs = [np.ascontiguousarray(results[name]) for name in asset.output_names]
+        for i, array in enumerate(delegate.outputs):
+            out = outputs[i]
+            out.data = array.ctypes.data
+            out.nbytes = array.nbytes
+            out.dtype = _scalar_type(array.dtype, f"{delegate.name}: output {i}")
+            out.rank = array.ndim
+            for d, size in enumerate(array.shape):
+                out.sizes[d] = size
+        return 0
+    except BaseException as e:  # noqa: BLE001
+        _report(e, error, capacity)
+        return 1
+
+
+def _release(delegate_id: int) -> None:
+    delegate = _delegates.pop(delegate_id, None)
+    if delegate is not None:
+        try:
+            delegate.asset.close()
+        except Exception:  # noqa: BLE001 - destroy cannot fail
+            logger.exception("closing %s", delegate.name)
+
+
+# ---------------------------------------------------------------- loading
+
+
+_library: ctypes.CDLL | None = None
+_callbacks: tuple[Any, ...] = ()
+_lock = threading.RLock()
+
+
+def load_runtime_backend() -> list[str]:
+    """Build (once, cached) and load the host Core AI backend into ExecuTorch's runtime.
+
+    Idempotent.  Returns the backend ids it registered
+    (``CoreAICompositeBackend`` and ``CoreAIBackend``); afterwards
+    ``executorch.runtime.Runtime.get().load_program(...)`` runs ``.pte`` files
+    with Core AI delegates.
+    """
+    global _library, _callbacks
+    with _lock:
+        if _library is not None:
+            return list(BACKEND_IDS)
+        from executorch.runtime import Runtime
+
+        registry = Runtime.get().backend_registry  # loads libexecutorch.so first
+        library = ctypes.CDLL(str(library_path()), mode=os.RTLD_GLOBAL)
+        library.coreai_host_set_callbacks.restype = ctypes.c_int32
+        library.coreai_host_set_callbacks.argtypes = [_LoadFn, _SignatureFn, _RunFn, _ReleaseFn]
+        library.coreai_host_set_sidecar_dir.argtypes = [ctypes.c_char_p]
+        library.coreai_host_set_sidecar_dir.restype = None
+        library.coreai_host_live_delegates.restype = ctypes.c_int64
+        library.coreai_host_last_error.restype = ctypes.c_char_p
+        callbacks = (_LoadFn(_load), _SignatureFn(_signature), _RunFn(_run), _ReleaseFn(_release))
+        version = library.coreai_host_set_callbacks(*callbacks)
+        if version != _ABI_VERSION:
+            raise BuildError(f"the host backend library speaks ABI {version}, this module {_ABI_VERSION}; clear {_cache_dir()}")
+        missing = [name for name in BACKEND_IDS if not registry.is_available(name)]
+        if missing:
+            raise BuildError(
+                f"the host backend library loaded but {', '.join(missing)} is not registered in ExecuTorch's "
+                "runtime; another library registered that id first"
+            )
+        _library, _callbacks = library, callbacks
+        atexit.register(_unregister)
+        logger.info("Core AI host backend loaded from %s", library._name)
+        return list(BACKEND_IDS)
+
+
+def _unregister() -> None:
+    # Programs freed during interpreter shutdown must not call back into Python.
+    if _library is not None:
+        _library.coreai_host_set_callbacks(_LoadFn(), _SignatureFn(), _RunFn(), _ReleaseFn())
+    for delegate_id in list(_delegates):
+        _release(delegate_id)
+
+
+def last_error() -> str:
+    """The last error a Core AI delegate logged on this thread while loading or running ("" if none)."""
+    return "" if _library is None else _library.coreai_host_last_error().decode("utf-8", "replace")
+
+
+def clear_last_error() -> None:
+    if _library is not None:
+        _library.coreai_host_clear_last_error()
+
+
+def live_delegates() -> int:
+    """How many Core AI delegates ExecuTorch has loaded and not yet destroyed."""
+    return 0 if _library is None else int(_library.coreai_host_live_delegates())
+
+
+@contextmanager
+def sidecars_in(directory: str | os.PathLike | None) -> Iterator[None]:
+    """Read sidecar assets from ``directory`` for methods loaded inside the block.
+
+    Outside any block, sidecar assets are read from ``$COREAI_SIDECAR_DIR``.
+    """
+    load_runtime_backend()
+    with _lock:
+        setter = _library.coreai_host_set_sidecar_dir
+        setter(None if directory is None else os.fsencode(os.path.abspath(directory)))
+        try:
+            yield
+        finally:
+            setter(None)
+
+
+def load_program(
+    pte: bytes | bytearray | str | os.PathLike,
+    *,
+    sidecar_dir: str | os.PathLike | None = None,
+) -> Any:
+    """An ``executorch.runtime.Program`` with every method loaded.
+
+    Sidecar assets are read from ``sidecar_dir``, by default the ``.pte``'s
+    own directory (or ``$COREAI_SIDECAR_DIR`` for bytes).
+    """
+    from executorch.runtime import Runtime
+
+    load_runtime_backend()
+    if isinstance(pte, (str, os.PathLike)) and sidecar_dir is None:
+        sidecar_dir = Path(pte).resolve().parent
+    if sidecar_dir is None:
+        sidecar_dir = os.environ.get("COREAI_SIDECAR_DIR")
+    data = bytes(pte) if isinstance(pte, (bytes, bytearray, memoryview)) else str(pte)
+    program = Runtime.get().load_program(data)
+    with sidecars_in(sidecar_dir):
+        for method in sorted(program.method_names):
+            clear_last_error()
+            try:
+                program.load_method(method)
+            except RuntimeError as error:
+                raise RuntimeError(f"loading method '{method}': {last_error() or error}") from error
+    return program

@@ -32,6 +32,7 @@ from coreai_partitioner.build_records import records_for_delegate
 from coreai_partitioner.programs import with_own_graph
 
 from .convert import convert, to_aten_in_place
+from .initial_state import stage_initial_state
 from .io_compat import assert_io_compatible
 
 _KEYS = _compat.COMPILE_SPEC_KEYS
@@ -91,6 +92,7 @@ class CoreAICompositeBackend(BackendDetails):
                     {
                         "path": f"{model_hash}/model.aimodel",
                         "min_deployment_version": _compat.os_version_text(min_os),
+                        **stage_initial_state(edge_program, Path(staging)),
                     },
                     sidecar_dir,
                 )

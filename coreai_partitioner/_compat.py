@@ -1,7 +1,9 @@
-"""Every private name this project takes from coreai-torch, coreai-core and ExecuTorch.
+"""Every private name this project takes from coreai-torch, coreai-core, ExecuTorch and torch.
 
 Keeping them in one module means the next release of any of those packages
-touches this file only.
+touches this file (and :mod:`coreai_partitioner._upstream`, the code mirrored
+from them) only.  Pinned: torch 2.13.0, executorch 1.5.1, coreai-torch 0.4.3,
+coreai-core 1.0.0b3.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from executorch.backends.apple.coreai.compiler.io_compat import (
     _edge_io as edge_io,
     io_mismatches,
 )
+from executorch.backends.apple.coreai.compiler import preprocess as _upstream_preprocess
 from executorch.backends.apple.coreai.compiler.preprocess import (
     COMPILE_SPEC_KEYS,
     SIDECAR_DIR_ENV,
@@ -48,7 +51,6 @@ from executorch.backends.apple.coreai.compiler.preprocess import (
     _maybe_warn_sidecar_env_ignored as maybe_warn_sidecar_env_ignored,
     _min_os_version as min_os_version,
     _os_version_text as os_version_text,
-    _run_coreai_build as run_coreai_build,
 )
 from executorch.backends.apple.coreai.partition.partitioner import (
     DO_NOT_DELEGATE_TAG,
@@ -63,48 +65,66 @@ from executorch.backends.apple.coreai.passes.replace_copy_ops import (
 from executorch.exir._serialize._program import deserialize_pte_binary
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
-__all__ = [
-    "AssetPackaging",
-    "BuildIndependentConverter",
-    "COMPILE_SPEC_KEYS",
-    "DO_NOT_DELEGATE_TAG",
-    "EdgeOpOverload",
-    "EXTERNALIZE_NAMESPACE",
-    "ExternalizeSpec",
-    "ExternalizedProgram",
-    "PreparedModules",
-    "ReplaceCopyOpsWithFunctionalPass",
-    "SIDECAR_DIR_ENV",
-    "TorchConverter",
-    "UpstreamCoreAIPartitioner",
-    "UpstreamOperatorSupport",
-    "aot_compile_options",
-    "apply_enumerated_shapes",
-    "compiled_arch_bundles",
-    "deliver",
-    "finish_asset",
-    "os_version_text",
-    "run_coreai_build",
-    "write_program",
-    "deserialize_pte_binary",
-    "derive_composite_io_names",
-    "do_not_delegate",
-    "drop_missing_call_sites",
-    "edge_io",
-    "finalize_module_export",
-    "find_marked_submodules",
-    "get_compile_spec",
-    "get_default_compile_config",
-    "get_default_passes",
-    "io_mismatches",
-    "maybe_warn_sidecar_env_ignored",
-    "min_os_version",
-    "node_tensor_vals",
-    "patch_model_for_externalization",
-    "resolve_input_enumerations",
-    "restore_externalized",
-    "torch_export_module",
-]
+def aten_op(target: Any) -> Any:
+    """The ATen overload behind an edge-dialect op (``target`` itself otherwise)."""
+    return target._op if isinstance(target, EdgeOpOverload) else target
+
+
+def base_compile_specs(partitioner: Any) -> list:
+    """The compile specs upstream's ``CoreAIPartitioner.__init__`` built from its options."""
+    return partitioner._base_compile_specs
+
+
+def input_enumerations(partitioner: Any) -> Any:
+    """The ``input_enumerations`` option upstream's ``CoreAIPartitioner`` keeps."""
+    return partitioner._input_enumerations
+
+
+def externalized_op_of(module: torch.nn.Module) -> tuple[str, Any]:
+    """``(op name, original forward)`` coreai-torch stamped on a patched submodule."""
+    return module._externalize_op_name, module._original_forward
+
+
+def module_state(module: torch.nn.Module) -> tuple[dict, dict, set]:
+    """A module's own parameters and buffers (``None`` entries included), and its non-persistent buffer names."""
+    return module._parameters, module._buffers, module._non_persistent_buffers_set
+
+
+#: ``nn.Module`` attributes that hold its internals, not its configuration.
+MODULE_INTERNAL_ATTRS = frozenset({"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"})
+#: ``nn.Module`` attributes that hold hooks.
+MODULE_HOOK_ATTRS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+
+
+def has_forward_hooks(module: torch.nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks)
+
+
+def graph_function_type(program: Any, entrypoint: str) -> Any:
+    """The MLIR function type of one entrypoint of a coreai-core ``AIProgram``."""
+    return program._get_graph(entrypoint).function_type.value
+
+
+def coreai_types() -> Any:
+    """coreai-core's MLIR type classes the boundary check inspects."""
+    from types import SimpleNamespace
+
+    from coreai._compiler.dialects.coreai import HandleType, TokenType
+    from coreai._compiler.ir import RankedTensorType
+
+    return SimpleNamespace(HandleType=HandleType, TokenType=TokenType, RankedTensorType=RankedTensorType)
 
 
 class _GetGraphProgram:
@@ -126,111 +146,52 @@ def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict)
     _apply_enumerated_shapes(_GetGraphProgram(program), edge_program, enumerations)
 
 
-_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
-_PLAIN = {torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16, torch.int32, torch.bool}
-_RESOURCE_MIN_ELEMENTS = 256  # below this, or when splat, coreai-core keeps constants inline
+def run_coreai_build(aimodel: Any, out_dir: Any, options: dict) -> None:
+    """Upstream's ``xcrun coreai-build`` step, looked up when called (tests patch it there)."""
+    _upstream_preprocess._run_coreai_build(aimodel, out_dir, options)
 
 
-class BuildIndependentConverter(TorchConverter):
-    """``TorchConverter`` whose weight constants do not depend on the process.
+def coreai_constant_api() -> Any:
+    """coreai-core and coreai-torch internals a weight constant is built from."""
+    from types import SimpleNamespace
 
-    coreai-core names every weight blob after a hash seeded per process, and
-    the names reach the asset's bytecode, so two builds of one model differed.
-    Here a weight that coreai-core would keep as a blob (256 elements or more,
-    not a splat) becomes a blob named ``weight_<n>`` in creation order, over the
-    tensor's own memory where its dtype allows (no copy).  Everything else, and
-    the dtypes this does not cover (sub-byte, float8), is coreai-torch's own
-    ``_constant_from_tensor``.
-    """
+    from coreai._compiler.dialects import coreai as coreai_dialect
+    from coreai._compiler.ir import DenseResourceElementsAttr
+    from coreai_torch._utils import get_tensor_type, validate_and_cast_numpy_array
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._weights = 0
-
-    def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
-        from coreai._compiler.dialects import coreai as coreai_dialect
-        from coreai._compiler.ir import DenseResourceElementsAttr
-        from coreai_torch._utils import get_tensor_type, validate_and_cast_numpy_array
-
-        dtype = getattr(tensor, "future_dtype", tensor.dtype)
-        if hasattr(tensor, "elem") or dtype != tensor.dtype or dtype not in _PLAIN | set(_NARROW):
-            return super()._constant_from_tensor(tensor)
-        array = validate_and_cast_numpy_array(_numpy_view(tensor.detach().cpu().contiguous()))
-        if array.size < _RESOURCE_MIN_ELEMENTS or _is_splat(array):
-            return super()._constant_from_tensor(tensor)
-        attr = DenseResourceElementsAttr.get_from_buffer(
-            array,
-            f"weight_{self._weights}",
-            get_tensor_type(tensor, self._location, dtype=dtype),
-            alignment=16,
-        )
-        self._weights += 1
-        return coreai_dialect.ConstantOp(value=attr).result
+    return SimpleNamespace(
+        ConstantOp=coreai_dialect.ConstantOp,
+        DenseResourceElementsAttr=DenseResourceElementsAttr,
+        get_tensor_type=get_tensor_type,
+        validate_and_cast_numpy_array=validate_and_cast_numpy_array,
+    )
 
 
-def _numpy_view(tensor: torch.Tensor) -> Any:
-    """The bytes coreai-torch would embed for ``tensor``, without a copy where possible."""
-    if tensor.dtype in _NARROW:
-        return tensor.to(_NARROW[tensor.dtype]).numpy()
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy()
-    return tensor.numpy()
+def coreai_asset_api() -> Any:
+    """coreai-core internals an ``.aimodel`` is written with."""
+    from types import SimpleNamespace
 
-
-def _is_splat(array: Any) -> bool:
-    import numpy as np
-
-    bits = array.reshape(-1).view(np.dtype(f"u{array.itemsize}"))
-    first = bits[0]
-    return bool(bits[-1] == first and bits[len(bits) // 2] == first and (bits == first).all())
-
-
-def write_program(program: Any, path: Any, minimum_os: Any) -> Any:
-    """Serialize ``program`` into a new ``.aimodel`` at ``path``; returns the asset.
-
-    ``AIProgram.save_asset`` serializes a clone of the IR and then reads the
-    whole bytecode back to hash it while the IR is still alive, and stamps the
-    wall-clock time into ``metadata.json``.  This writes the program itself (the
-    caller drops it right after) and leaves the creation date out, so the
-    caller can release the IR before :func:`finish_asset` reads anything back.
-    """
-    from coreai.authoring import OSVersion
     from coreai.authoring import asset as _asset
     from coreai.runtime import _AIModelAsset
 
-    minimum_os = minimum_os or OSVersion.v27
-    path.mkdir(parents=True)
-    created = _AIModelAsset._create(path=str(path), metadata=None)
-    program._module.verify()
-    _asset.serialize_module_to_bytecode(
-        module=program._module._mlir_module,
-        package_path=created._program_bytecode_path,
-        dialect_version=_AIModelAsset._dialect_version_for_os(minimum_os.value),
+    return SimpleNamespace(
+        create=_AIModelAsset._create,
+        dialect_version_for_os=_AIModelAsset._dialect_version_for_os,
+        serialize_module_to_bytecode=_asset.serialize_module_to_bytecode,
         bytecode_version=_asset._CURRENT_BYTECODE_VERSION,
+        producer=_asset._COREAI_PRODUCER,
     )
-    return created
 
 
-def finish_asset(created: Any) -> str:
-    """Stamp the producer, hash the bytecode in chunks; returns the hash (``main.hash``) as hex.
+def mlir_module(program: Any) -> Any:
+    """``(coreai module, its MLIR module)`` of an ``AIProgram``."""
+    return program._module, program._module._mlir_module
 
-    ``metadata.json`` is rewritten with sorted keys: coreai-core writes them in
-    an order that changes from process to process.
-    """
-    import hashlib
-    import json
 
-    from coreai.authoring import asset as _asset
+def asset_paths(created: Any) -> tuple[Any, Any]:
+    """``(bytecode path, hash path)`` of an asset ``coreai_asset_api().create`` made."""
+    return created._program_bytecode_path, created._program_hash_path
 
-    def stamp(metadata: Any) -> None:
-        metadata._producer = _asset._COREAI_PRODUCER
 
-    created.update_metadata(updates=stamp)
-    metadata_path = created.path / "metadata.json"
-    metadata_path.write_text(json.dumps(json.loads(metadata_path.read_text()), indent=2, sort_keys=True) + "\n")
-    digest = hashlib.sha256()
-    with open(created._program_bytecode_path, "rb") as bytecode:
-        for chunk in iter(lambda: bytecode.read(1 << 22), b""):
-            digest.update(chunk)
-    created._program_hash_path.write_bytes(digest.digest())
-    return digest.hexdigest()
+def set_producer(metadata: Any, producer: str) -> None:
+    metadata._producer = producer

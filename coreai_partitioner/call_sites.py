@@ -8,7 +8,9 @@ call site by that target and pair it with its record, so the converter's
 per-node lowerings match the graph that is actually converted.
 
 Pure functions over ``torch.fx`` graphs: no ExecuTorch or Core AI imports, no
-I/O, no global state.  A *record* is any object with ``name``, ``op_name``,
+I/O, no global state.  Pairing is checked against each record's sub-exported
+input shapes and dtypes (``meta["val"]``), so a pass that reorders call sites
+of different shapes cannot swap their sub-exports.  A *record* is any object with ``name``, ``op_name``,
 ``source_nodes`` and ``exported_program`` attributes (coreai-torch's
 ``_ExternalizedExportedProgram``).
 """
@@ -21,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 #: The namespace coreai-torch registers externalized submodules under.
@@ -90,49 +93,112 @@ class CallSiteMismatch:
             )
         return (
             f"{where} has {self.call_sites} call site(s) in the program but "
-            f"{self.records} record(s), so they cannot be paired by graph order; "
-            "its recorded node names are kept. A transform between "
-            "externalize_modules and lowering probably duplicated or removed "
-            "call sites (for example dead-code elimination of an unused result); "
-            "re-run externalize_modules on the transformed model, or apply the "
-            "transform before externalizing."
+            f"{self.records} record(s); call sites are paired by input signature where "
+            "a record has theirs. A transform between externalize_modules and lowering "
+            "probably duplicated or removed call sites (for example dead-code "
+            "elimination of an unused result); re-run externalize_modules on the "
+            "transformed model, or apply the transform before externalizing."
         )
 
 
-@dataclass(frozen=True)
-class Resolution:
-    """The outcome of :func:`resolve_call_sites`.
+#: ``(shape, dtype)`` of each tensor input; a symbolic dim is ``None`` (it matches any size).
+Signature = tuple[tuple[tuple[int | None, ...], Any], ...]
 
-    ``records`` are new objects, one per input record and in the same order,
-    whose ``source_nodes`` name their call sites in the searched graphs.
+_NARROWED = {torch.int64: torch.int32, torch.float64: torch.float32}
+
+
+def _tensor_signature(values: Iterable[Any]) -> Signature | None:
+    signature = []
+    for value in values:
+        if not isinstance(value, torch.Tensor):
+            return None
+        shape = tuple(d if isinstance(d, int) else None for d in value.shape)
+        signature.append((shape, _NARROWED.get(value.dtype, value.dtype)))
+    return tuple(signature)
+
+
+def call_site_signature(node: fx.Node) -> Signature | None:
+    """The tensor inputs a call site passes, from ``meta["val"]``; None when unknown."""
+    args = [a for a in node.args if a is not None]
+    if not all(isinstance(a, fx.Node) for a in args):
+        return None
+    return _tensor_signature(a.meta.get("val") for a in args)
+
+
+def record_signature(record: Any) -> Signature | None:
+    """The tensor inputs a record's sub-export takes (its user inputs); None when unknown."""
+    program = record.exported_program
+    signature = getattr(program, "graph_signature", None)
+    if signature is None:
+        return None
+    user_inputs = set(signature.user_inputs)
+    return _tensor_signature(
+        node.meta.get("val")
+        for node in program.graph.nodes
+        if node.op == "placeholder" and node.name in user_inputs
+    )
+
+
+def signatures_match(call_site: Signature | None, record: Signature | None) -> bool:
+    """Whether a call site may be the one a record was exported for (unknown matches)."""
+    if call_site is None or record is None:
+        return True
+    if len(call_site) != len(record):
+        return False
+    for (site_shape, site_dtype), (record_shape, record_dtype) in zip(call_site, record):
+        if site_dtype != record_dtype or len(site_shape) != len(record_shape):
+            return False
+        if any(a is not None and b is not None and a != b for a, b in zip(site_shape, record_shape)):
+            return False
+    return True
+
+
+def describe_signature(signature: Signature | None) -> str:
+    if signature is None:
+        return "unknown inputs"
+    return ", ".join(
+        f"{str(dtype).replace('torch.', '')}[{', '.join('?' if d is None else str(d) for d in shape)}]"
+        for shape, dtype in signature
+    ) or "no tensor inputs"
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """The outcome of :func:`pair_call_sites`.
+
+    ``records[node]`` is the index of the record paired with call site
+    ``node``, for every paired call site of every searched graph;
+    ``unpaired[node]`` says why a call site has no record.
     """
 
-    records: tuple[Any, ...]
+    records: dict[fx.Node, int]
+    unpaired: dict[fx.Node, str]
     mismatches: tuple[CallSiteMismatch, ...]
 
-    def by_call_site(self) -> dict[tuple[str, str], Any]:
-        """``{(op_name, node_name): record}`` over every resolved call site."""
-        return {
-            (record.op_name, name): record
-            for record in self.records
-            for name in record.source_nodes
-        }
+    def by_graph(self) -> dict[fx.Graph, list[tuple[fx.Node, int]]]:
+        """``{graph: [(call site, record index), ...]}`` over the paired call sites."""
+        grouped: dict[fx.Graph, list[tuple[fx.Node, int]]] = {}
+        for node, index in self.records.items():
+            grouped.setdefault(node.graph, []).append((node, index))
+        return grouped
 
 
-def resolve_call_sites(records: Sequence[Any], graphs: Iterable[fx.Graph]) -> Resolution:
-    """Pair every record with its call site(s) in ``graphs`` by op target.
+def pair_call_sites(records: Sequence[Any], graphs: Iterable[fx.Graph]) -> Pairing:
+    """Pair every call site in ``graphs`` with a record, by op target and input signature.
 
     ``graphs`` are all the graphs the records may live in: the graph being
-    converted and the records' own sub-exports (a nested submodule's call site
+    lowered and the records' own sub-exports (a nested submodule's call site
     lives in its parent's sub-export).  Each graph is walked once.
 
-    Within one graph, the call sites of one op pair with that op's records in
-    graph order, which is the order coreai-torch prepared them in.  A record
-    whose op occurs in several graphs (a nested submodule inside a parent
-    called twice) names its call site in each.  When an op's call-site count in
-    a graph differs from its record count, the graph changed shape, not just
-    names: that op keeps its recorded names and a :class:`CallSiteMismatch`
-    says so.
+    All records of one op come from one submodule instance, so records with
+    the same input signature export the same graph.  Within one graph, the
+    call sites of one op pair with that op's records in graph order (the
+    order coreai-torch prepared them in) when the signatures agree; where they
+    disagree (a pass reordered call sites of different shapes) each call site
+    pairs with the record exported for its signature.  A call site that no
+    record's signature fits, or that fits records of different signatures, is
+    left unpaired with the reason.  When an op's call-site count in a graph
+    differs from its record count, a :class:`CallSiteMismatch` says so.
     """
     seen: set[int] = set()
     buckets: list[dict[str, list[fx.Node]]] = []
@@ -144,30 +210,94 @@ def resolve_call_sites(records: Sequence[Any], graphs: Iterable[fx.Graph]) -> Re
     records_by_op: dict[str, list[int]] = {}
     for index, record in enumerate(records):
         records_by_op.setdefault(record.op_name, []).append(index)
+    signatures: dict[int, Signature | None] = {}
 
-    sources: list[list[str] | None] = [None] * len(records)
+    paired: dict[fx.Node, int] = {}
+    unpaired: dict[fx.Node, str] = {}
     mismatches: list[CallSiteMismatch] = []
     for op_name, indices in records_by_op.items():
+        for index in indices:
+            signatures[index] = record_signature(records[index])
         site_lists = [bucket[op_name] for bucket in buckets if op_name in bucket]
-        counts = [len(sites) for sites in site_lists]
-        if not site_lists or any(count != len(indices) for count in counts):
-            off = next((c for c in counts if c != len(indices)), 0)
-            mismatches.append(
-                CallSiteMismatch(op_name, module_path(records[indices[0]]), off, len(indices))
-            )
+        if not site_lists:
+            mismatches.append(CallSiteMismatch(op_name, module_path(records[indices[0]]), 0, len(indices)))
             continue
         for sites in site_lists:
-            for index, node in zip(indices, sites):
-                names = sources[index] = sources[index] or []
-                if node.name not in names:
-                    names.append(node.name)
+            if len(sites) != len(indices):
+                mismatches.append(
+                    CallSiteMismatch(op_name, module_path(records[indices[0]]), len(sites), len(indices))
+                )
+            pairs, reasons = _pair_one_op(sites, indices, signatures)
+            paired.update(pairs)
+            unpaired.update(reasons)
+    return Pairing(paired, unpaired, tuple(mismatches))
 
+
+def _pair_one_op(
+    sites: list[fx.Node], indices: list[int], signatures: dict[int, Signature | None]
+) -> tuple[dict[fx.Node, int], dict[fx.Node, str]]:
+    site_signatures = [call_site_signature(node) for node in sites]
+    if len(sites) == len(indices) and all(
+        signatures_match(sig, signatures[i]) for sig, i in zip(site_signatures, indices)
+    ):
+        return dict(zip(sites, indices)), {}
+    pairs: dict[fx.Node, int] = {}
+    reasons: dict[fx.Node, str] = {}
+    unused = list(indices)
+    for node, signature in zip(sites, site_signatures):
+        fitting = [i for i in indices if signatures_match(signature, signatures[i])]
+        kinds = {signatures[i] for i in fitting}
+        if not fitting:
+            recorded = sorted({describe_signature(signatures[i]) for i in indices})
+            reasons[node] = (
+                f"no record was exported for its inputs ({describe_signature(signature)}; "
+                f"the records take {' or '.join(recorded)})"
+            )
+        elif len(kinds) > 1:
+            reasons[node] = (
+                f"its inputs ({describe_signature(signature)}) fit records of "
+                f"{len(kinds)} different signatures, so which one it is cannot be told"
+            )
+        else:
+            # Same instance, same signature: any of these records exports this call site.
+            index = next((i for i in unused if i in fitting), fitting[0])
+            if index in unused:
+                unused.remove(index)
+            pairs[node] = index
+    return pairs, reasons
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The outcome of :func:`resolve_call_sites`.
+
+    ``records`` are new objects, one per input record and in the same order,
+    whose ``source_nodes`` name their call sites in the searched graphs (a
+    record no call site paired with keeps its recorded names).
+    """
+
+    records: tuple[Any, ...]
+    mismatches: tuple[CallSiteMismatch, ...]
+    unpaired: tuple[str, ...] = ()
+
+
+def resolve_call_sites(records: Sequence[Any], graphs: Iterable[fx.Graph]) -> Resolution:
+    """Records whose ``source_nodes`` name their call sites in ``graphs``.
+
+    :func:`pair_call_sites`, expressed the way coreai-torch's converter takes
+    records; for callers that hand records to ``TorchConverter`` themselves.
+    """
+    pairing = pair_call_sites(records, graphs)
+    names: list[list[str]] = [[] for _ in records]
+    for node, index in pairing.records.items():
+        if node.name not in names[index]:
+            names[index].append(node.name)
     resolved = []
-    for record, names in zip(records, sources):
+    for record, found in zip(records, names):
         new = copy.copy(record)
-        new.source_nodes = list(record.source_nodes) if names is None else names
+        new.source_nodes = found or list(record.source_nodes)
         resolved.append(new)
-    return Resolution(tuple(resolved), tuple(mismatches))
+    return Resolution(tuple(resolved), pairing.mismatches, tuple(node.name for node in pairing.unpaired))
 
 
 def name_call_sites(graph: fx.Graph, module_paths: dict[str, str]) -> None:
@@ -188,29 +318,3 @@ def name_call_sites(graph: fx.Graph, module_paths: dict[str, str]) -> None:
             taken.discard(node.name)
             taken.add(name)
             node.name = name
-
-
-def records_in_graph(records: Sequence[Any], graph: fx.Graph) -> list[Any]:
-    """The records whose call sites lie in ``graph``, with their nested records.
-
-    A record belongs to ``graph`` when one of its ``source_nodes`` is a call
-    site of its op there; a nested record belongs when its call site lies in
-    the sub-export of a record that belongs.  Input order is kept.
-    """
-    selected: set[int] = set()
-    frontier = [graph]
-    while frontier:
-        sites = {
-            (op_name, node.name)
-            for g in frontier
-            for op_name, nodes in call_sites_by_op(g).items()
-            for node in nodes
-        }
-        frontier = []
-        for index, record in enumerate(records):
-            if index in selected:
-                continue
-            if any((record.op_name, name) in sites for name in record.source_nodes):
-                selected.add(index)
-                frontier.append(record.exported_program.graph)
-    return [record for index, record in enumerate(records) if index in selected]

@@ -13,6 +13,7 @@ import typing
 
 import torch
 
+from . import _compat
 from ._compat import EXTERNALIZE_NAMESPACE
 
 _TENSOR_NAMES = {"Tensor", "torch.Tensor"}
@@ -72,7 +73,7 @@ def check_externalizable(path: str, module: torch.nn.Module) -> None:
             f"{where} cannot be externalized: it has its own instance-level forward, which "
             "the composite op would not capture. Subclass the module and override forward instead."
         )
-    if module._forward_hooks or module._forward_pre_hooks:
+    if _compat.has_forward_hooks(module):
         raise TypeError(
             f"{where} cannot be externalized: it has forward hooks, which would run both "
             "inside the composite graph and around it. Remove the hooks before externalizing "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import warnings
@@ -12,12 +13,12 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from . import _compat
+from . import _compat, _upstream
 from .call_sites import module_path
 from .checks import check_externalizable, is_class_forward
 from .fake import memoize_fake_impls
 from .specs import default_specs
-from .subexport import subexport_and_restore
+from .subexport import SharedExports
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,18 @@ class ExternalizedModules(list):
     def module_paths(self) -> list[str]:
         """The submodule path of every call site, in preparation order."""
         return [module_path(record) for record in self]
+
+    def __copy__(self) -> ExternalizedModules:
+        copied = ExternalizedModules(self)
+        copied.sub_exports = self.sub_exports
+        return copied
+
+    def __deepcopy__(self, memo: dict) -> ExternalizedModules:
+        # Each record's program is copied with its weights; the custom ops it
+        # names stay this process's, so the copy lowers here like the original.
+        copied = ExternalizedModules(copy.deepcopy(list(self), memo))
+        copied.sub_exports = self.sub_exports
+        return copied
 
     def __reduce__(self) -> tuple:
         # Sub-exported programs do not survive pickling, and their custom ops exist
@@ -111,13 +124,13 @@ def _externalize(
     shape_env = _shape_env(exported_program)
     with shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
         # Restores every patched forward in its own ``finally``.
-        records, runs = subexport_and_restore(model, exported_program, reuse=reuse_exports)
-    records = ExternalizedModules(records)
-    records.sub_exports = runs
+        exports = SharedExports(reuse=reuse_exports)
+        records = ExternalizedModules(_upstream.subexport_and_restore(model, exported_program, exports))
+    records.sub_exports = exports.runs
     logger.info(
         "externalized %d call site(s) with %d sub-export(s): %s",
         len(records),
-        runs,
+        exports.runs,
         ", ".join(records.module_paths()),
     )
     return exported_program, records

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from . import _compat
+
 _SCALARS = (type(None), bool, int, float, str)
 
 
@@ -74,6 +76,5 @@ def memoized(forward: Callable[..., Any]) -> Callable[..., Any]:
 def memoize_fake_impls(modules: list[torch.nn.Module], namespace: str) -> None:
     """Re-register the fake impl of every patched module's op as :func:`memoized`."""
     for module in modules:
-        torch.library.register_fake(
-            f"{namespace}::{module._externalize_op_name}", memoized(module._original_forward)
-        )
+        op_name, forward = _compat.externalized_op_of(module)
+        torch.library.register_fake(f"{namespace}::{op_name}", memoized(forward))

@@ -25,10 +25,11 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
     Rejected call sites are kept with the reason, for the error that follows.
     """
 
-    def __init__(self, claimable: set[str], unpaired_ops: set[str]) -> None:
+    def __init__(self, claimable: set[str], unpaired: dict[str, str]) -> None:
+        """``claimable``: call sites paired with a record; ``unpaired``: why others are not."""
         super().__init__(log=logger.isEnabledFor(logging.INFO))
         self._claimable = claimable
-        self._unpaired_ops = unpaired_ops
+        self._unpaired = unpaired
         self.rejected: dict[str, str] = {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
@@ -37,16 +38,16 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
             return False
         if node.op != "call_function" or externalized_op_name(node.target) is None:
             return super().is_node_supported(submodules, node)
-        reason = self._rejection(node, externalized_op_name(node.target))
+        reason = self._rejection(node)
         if reason is not None:
             self.rejected[node.name] = reason
         return reason is None
 
-    def _rejection(self, node: torch.fx.Node, op_name: str) -> str | None:
-        if node.name not in self._claimable and op_name in self._unpaired_ops:
+    def _rejection(self, node: torch.fx.Node) -> str | None:
+        if node.name in self._unpaired:
             return (
-                "its call sites no longer pair one to one with its records (see the "
-                "UserWarning above); re-run externalize_modules on the transformed model"
+                self._unpaired[node.name] + "; re-run externalize_modules on the "
+                "transformed model (see the UserWarning above)"
             )
         if node.name not in self._claimable:
             return (
@@ -72,7 +73,7 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
 
 
 def _is_bool_mul(node: torch.fx.Node) -> bool:
-    target = node.target._op if isinstance(node.target, _compat.EdgeOpOverload) else node.target
+    target = _compat.aten_op(node.target)
     if target not in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul.Scalar):
         return False
     value = node.meta.get("val")

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
-import shutil
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -17,31 +15,14 @@ from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
-from . import _compat
+from . import _compat, _upstream
 from .backends.apple_coreai import BACKEND_ID
-from .build_records import LoweringRecords
-from .call_sites import (
-    EXTERNALIZE_NAMESPACE,
-    call_sites_by_op,
-    module_path,
-    op_module_path,
-    resolve_call_sites,
-)
+from .build_records import claim_call_sites
+from .call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from .externalize import check_records
 from .op_support import OperatorSupport
 
 logger = logging.getLogger(__name__)
-
-_LEGACY_FLOW_ERROR = (
-    "CoreAIPartitioner must be used with to_edge_transform_and_lower(). "
-    "The to_edge() + to_backend() workflow is not supported because it "
-    "decomposes ops that Core AI lowers directly. Please use:\n"
-    "    exir.to_edge_transform_and_lower(\n"
-    '        {"forward": exported_program},\n'
-    "        partitioner=[CoreAIPartitioner(externalized_modules=records)],\n"
-    "        compile_config=get_default_compile_config(),\n"
-    "    )"
-)
 
 
 class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
@@ -63,19 +44,11 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
 
     def __init__(self, externalized_modules: Sequence[Any] | None = None, **options: Any) -> None:
         super().__init__(**options)
-        if options.get("aot_compile_config") is not None and shutil.which("xcrun") is None:
-            raise RuntimeError(
-                "aot_compile_config compiles .aimodelc bundles with `xcrun coreai-build`, "
-                f"which needs macOS with the Metal Toolchain; this machine runs "
-                f"{platform.system()}. Drop aot_compile_config to ship the portable "
-                ".aimodel, or lower on a Mac."
-            )
         self._records = check_records(externalized_modules)
-        self.delegation_spec = DelegationSpec(BACKEND_ID, self._base_compile_specs)
+        self.delegation_spec = DelegationSpec(BACKEND_ID, _compat.base_compile_specs(self))
         # to_edge_transform_and_lower calls transform_for_pre_decomposition once
         # per method before partition(); the legacy to_edge() flow never does.
         self._pending_partitions = 0
-        self._lowerings: list[LoweringRecords] = []
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         self._pending_partitions += 1
@@ -83,25 +56,19 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         if self._pending_partitions == 0:
-            raise RuntimeError(_LEGACY_FLOW_ERROR)
+            raise RuntimeError(_upstream.LEGACY_FLOW_ERROR)
         self._pending_partitions -= 1
 
         graph = exported_program.graph
-        resolution = resolve_call_sites(
-            self._records, [graph] + [r.exported_program.graph for r in self._records]
-        )
-        for mismatch in resolution.mismatches:
+        pairing = pair_call_sites(self._records, [graph] + [r.exported_program.graph for r in self._records])
+        for mismatch in pairing.mismatches:
             warnings.warn(str(mismatch), UserWarning, stacklevel=2)
-        by_call_site = resolution.by_call_site()
         call_sites = call_sites_by_op(graph)
-        claimable = {
-            node.name
-            for op_name, nodes in call_sites.items()
-            for node in nodes
-            if (op_name, node.name) in by_call_site
-        }
+        paired = pairing.by_graph()
+        claimable = {node.name for node, _ in paired.get(graph, ())}
+        unpaired = {node.name: reason for node, reason in pairing.unpaired.items() if node.graph is graph}
 
-        support = OperatorSupport(claimable, {m.op_name for m in resolution.mismatches})
+        support = OperatorSupport(claimable, unpaired)
         partitions = CapabilityBasedPartitioner(
             exported_program.graph_module, support, allows_single_node_partition=True
         ).propose_partitions()
@@ -115,17 +82,8 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         _raise_on_undelegated_call_sites(
             call_sites, support.rejected, {r.op_name: module_path(r) for r in self._records}
         )
-
-        lowering = LoweringRecords(resolution.records)
-        self._lowerings.append(lowering)
-        for nodes in call_sites.values():
-            for node in nodes:
-                lowering.claim(node)
-        logger.info(
-            "CoreAIPartitioner: %d partition(s), %d externalized call site(s)",
-            len(partition_tags),
-            len(claimable),
-        )
+        claimed = claim_call_sites(self._records, paired, graph)
+        logger.info("CoreAIPartitioner: %d partition(s), %d externalized call site(s)", len(partition_tags), claimed)
 
         if self.take_over_constant_data:
             tag_constant_data(exported_program)
@@ -136,13 +94,13 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         )
 
     def _delegation_spec_for(self, exported_program: ExportedProgram) -> DelegationSpec:
-        resolved = _compat.resolve_input_enumerations(exported_program, self._input_enumerations)
+        resolved = _compat.resolve_input_enumerations(exported_program, _compat.input_enumerations(self))
         if not resolved:
             return self.delegation_spec
         spec = CompileSpec(
             _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
         )
-        return DelegationSpec(BACKEND_ID, self._base_compile_specs + [spec])
+        return DelegationSpec(BACKEND_ID, _compat.base_compile_specs(self) + [spec])
 
 
 def _raise_on_undelegated_call_sites(

@@ -1,4 +1,4 @@
-"""Sub-export every externalized call site, exporting identical call sites once.
+"""Sub-export identical call sites once.
 
 coreai-torch runs one ``torch.export`` per call site; in an LLM most call
 sites are the same module class with the same attributes and input shapes
@@ -30,20 +30,6 @@ from .programs import with_own_graph
 
 logger = logging.getLogger(__name__)
 
-_MODULE_INTERNALS = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "training"}
-_HOOKS = (
-    "_forward_hooks",
-    "_forward_hooks_with_kwargs",
-    "_forward_hooks_always_called",
-    "_forward_pre_hooks",
-    "_forward_pre_hooks_with_kwargs",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_state_dict_hooks",
-    "_state_dict_pre_hooks",
-    "_load_state_dict_pre_hooks",
-    "_load_state_dict_post_hooks",
-)
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype, torch.device, torch.Size)
 
 
@@ -63,24 +49,25 @@ def _module_key(module: torch.nn.Module) -> tuple:
     key = []
     for path, sub in module.named_modules(remove_duplicate=False):
         state = vars(sub)
-        if not is_class_forward(sub, state.get("forward")) or any(state.get(hook) for hook in _HOOKS):
+        if not is_class_forward(sub, state.get("forward")) or any(state.get(hook) for hook in _compat.MODULE_HOOK_ATTRS):
             raise _NotShareable
         attrs = tuple(
             (name, _simple(value))
             for name, value in sorted(state.items())
-            if name not in _MODULE_INTERNALS
-            and name not in _HOOKS
+            if name not in _compat.MODULE_INTERNAL_ATTRS
+            and name not in _compat.MODULE_HOOK_ATTRS
             and name != "forward"
             and not name.startswith(("_externalize", "_original_forward"))
         )
+        own_params, own_buffers, non_persistent = _compat.module_state(sub)
         params = tuple(
             (name, None if p is None else (tuple(p.shape), p.dtype, p.requires_grad))
-            for name, p in sub._parameters.items()
+            for name, p in own_params.items()
         )
         buffers = tuple(
-            (name, None if b is None else (tuple(b.shape), b.dtype)) for name, b in sub._buffers.items()
+            (name, None if b is None else (tuple(b.shape), b.dtype)) for name, b in own_buffers.items()
         )
-        key.append((path, type(sub), sub.training, attrs, params, buffers, tuple(sorted(sub._non_persistent_buffers_set))))
+        key.append((path, type(sub), sub.training, attrs, params, buffers, tuple(sorted(non_persistent))))
     return tuple(key)
 
 
@@ -134,34 +121,29 @@ def rebind(program: ExportedProgram, module: torch.nn.Module) -> ExportedProgram
     )
 
 
-def subexport_and_restore(
-    model: torch.nn.Module, exported_program: ExportedProgram, *, reuse: bool = True
-) -> tuple[list[Any], int]:
-    """coreai-torch's Phases 2-3 with identical call sites exported once.
+class SharedExports:
+    """Exports one call site's submodule, reusing the export of an identical earlier one.
 
-    Returns the records and how many ``torch.export`` runs they took.  The
-    model's patched forwards are restored whatever happens.
+    Called by :func:`coreai_partitioner._upstream.subexport_and_restore` for
+    every call site, in preparation order.
     """
-    exports: dict[tuple, tuple[ExportedProgram, Any]] = {}
-    runs = 0
-    try:
-        _compat.drop_missing_call_sites(model, exported_program)
-        records = []
-        for prep in _compat.PreparedModules(model, exported_program):
-            key = call_site_key(prep) if reuse else None
-            if key is not None and key in exports:
-                program = rebind(exports[key][0], prep.module)
-                prep.composite_input_names, prep.composite_output_names = _compat.derive_composite_io_names(program)
-            else:
-                program = _export(prep)
-                runs += 1
-                if key is not None:
-                    exports[key] = (program, prep)
-            records.append(_compat.finalize_module_export(prep, program))
-        logger.info("sub-exported %d call site(s) with %d export(s)", len(records), runs)
-        return records, runs
-    finally:
-        _compat.restore_externalized(_compat.find_marked_submodules(model))
+
+    def __init__(self, reuse: bool = True) -> None:
+        self.reuse = reuse
+        self.runs = 0
+        self._exports: dict[tuple, ExportedProgram] = {}
+
+    def __call__(self, prep: Any) -> ExportedProgram:
+        key = call_site_key(prep) if self.reuse else None
+        if key is not None and key in self._exports:
+            program = rebind(self._exports[key], prep.module)
+            prep.composite_input_names, prep.composite_output_names = _compat.derive_composite_io_names(program)
+            return program
+        program = _export(prep)
+        self.runs += 1
+        if key is not None:
+            self._exports[key] = program
+        return program
 
 
 def _export(prep: Any) -> ExportedProgram:

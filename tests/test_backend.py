@@ -13,12 +13,12 @@ import torch
 from executorch.exir import to_edge
 from helpers import asset_ir, assert_close, lower, run_delegate, seeded, to_pte, two_norms
 
-from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_compile_config
+from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_compile_config, verify
 from coreai_partitioner.backends.apple_coreai import BACKEND_ID, CoreAICompositeBackend
-from coreai_partitioner.build_records import CALL_SITE_KEY
 from coreai_torch.composite_ops import RMSNorm
 
 torch.manual_seed(0)
+pytestmark = pytest.mark.slow
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
@@ -64,7 +64,7 @@ def test_backend_id_resolves_to_this_backend_whatever_the_import_order(upstream_
     assert result.stdout.strip().splitlines()[-1] == "['CoreAICompositeBackend'] 1 True"
 
 
-def test_backend_id_is_a_unique_direct_backend_details_subclass():
+def test_backend_id_is_the_one_the_runtime_registers_and_names_one_class():
     from executorch.exir.backend.backend_details import BackendDetails
 
     assert BACKEND_ID == "CoreAICompositeBackend"
@@ -72,14 +72,41 @@ def test_backend_id_is_a_unique_direct_backend_details_subclass():
     assert by_name == [CoreAICompositeBackend]
 
 
-def test_records_are_not_serialized_into_the_pte():
+def test_records_travel_in_no_compile_spec():
     _, _, ep, records = two_norms()
     program = lower(ep, records).to_executorch()
-    pte = bytes(program.buffer)
 
     delegates = [d for plan in program.executorch_program.execution_plan for d in plan.delegates]
     assert [list(d.compile_specs) for d in delegates] == [[]]
-    assert CALL_SITE_KEY.encode() not in pte
+
+
+def test_a_call_site_reaching_the_backend_without_a_record_names_it_and_the_fix():
+    _, _, ep, _ = two_norms()
+    edge = to_edge(ep, compile_config=get_default_compile_config()).exported_program()
+    with pytest.raises(RuntimeError, match=r"coreai_torch_ext::n1_rmsnorm_impl_.*without a record.*externalized_modules=records"):
+        CoreAICompositeBackend.preprocess(edge, [])
+
+
+def test_preprocess_called_directly_leaves_the_callers_program_as_it_was():
+    from executorch.exir.lowered_backend_module import get_lowered_backend_modules
+
+    _, _, ep, records = two_norms()
+    (module,) = get_lowered_backend_modules(lower(ep, records).exported_program().graph_module)
+    program = module.original_module
+    before = [(node.name, node.target) for node in program.graph.nodes]
+
+    CoreAICompositeBackend.preprocess(program, [])
+
+    assert [(node.name, node.target) for node in program.graph.nodes] == before
+
+
+def test_copied_records_lower_like_the_originals():
+    import copy
+
+    model, x, ep, records = two_norms()
+    for copied in (copy.copy(records), copy.deepcopy(records)):
+        assert type(copied) is type(records) and copied.module_paths() == records.module_paths()
+    verify.check(lower(ep, copy.deepcopy(records)), model, x).raise_for_mismatch()
 
 
 def test_call_site_without_a_record_fails_naming_the_op_the_submodule_and_the_fix():
@@ -166,11 +193,14 @@ def test_sidecar_without_its_directory_fails_before_writing_anything(monkeypatch
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="xcrun exists on macOS")
-def test_aot_compilation_off_macos_fails_at_once_with_a_clear_error():
+def test_aot_compilation_off_macos_fails_at_the_build_step_with_upstreams_error():
     from executorch.backends.apple.coreai import AOTCompileConfig
 
-    with pytest.raises(RuntimeError, match="xcrun coreai-build.*macOS.*Drop aot_compile_config"):
-        CoreAIPartitioner(aot_compile_config=AOTCompileConfig(platform="iOS"))
+    _, _, ep, records = two_norms()
+    # The constructor accepts it (upstream's does too): only the build step needs macOS.
+    partitioner_options = dict(aot_compile_config=AOTCompileConfig(platform="iOS"))
+    with pytest.raises(RuntimeError, match="xcrun coreai-build. not found.*macOS"):
+        lower(ep, records, **partitioner_options)
 
 
 def test_min_deployment_version_reaches_the_manifest():
@@ -235,15 +265,14 @@ def delegate_program(model: torch.nn.Module, *sample: torch.Tensor):
 
 
 def test_boundary_check_rejects_a_delegate_whose_io_differs_from_what_executorch_feeds():
-    import copy
-
-    from coreai_partitioner.backends.apple_coreai.convert import convert, to_aten_in_place
+    from coreai_partitioner.backends.apple_coreai.convert import convert
     from coreai_partitioner.backends.apple_coreai.io_compat import assert_io_compatible
+    from coreai_partitioner.programs import with_own_graph
 
     x = torch.randn(2, 8)
     narrow = delegate_program(torch.nn.Linear(8, 4).eval(), x)
     wide = delegate_program(torch.nn.Linear(8, 5).eval(), x)
-    program = convert(to_aten_in_place(copy.deepcopy(narrow)), [])
+    program = convert(with_own_graph(narrow))
 
     assert_io_compatible(program, narrow)
     with pytest.raises(ValueError, match=r"output 0 dim 1: static shape mismatch \(\.aimodel=4, ExecuTorch=5\)"):
@@ -252,7 +281,6 @@ def test_boundary_check_rejects_a_delegate_whose_io_differs_from_what_executorch
 
 def test_aot_delivery_embeds_each_architectures_bundle(monkeypatch):
     """AOT compilation needs macOS; coreai-build is replaced by one writing bundles, as upstream's tests do."""
-    import copy
     from pathlib import Path
 
     from executorch.backends.apple.coreai import AOTCompileConfig
@@ -270,7 +298,7 @@ def test_aot_delivery_embeds_each_architectures_bundle(monkeypatch):
     edge = delegate_program(torch.nn.Linear(8, 4).eval(), torch.randn(2, 8))
     spec = CompileSpec("coreai_aot_compile_config", AOTCompileConfig(platform="iOS").to_json().encode())
 
-    result = CoreAICompositeBackend.preprocess(copy.deepcopy(edge), [spec])
+    result = CoreAICompositeBackend.preprocess(edge, [spec])
 
     manifest = json.loads(result.processed_bytes)
     assert manifest["packaging"] == "aot_compiled_inline"

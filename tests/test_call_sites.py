@@ -8,12 +8,18 @@ from types import SimpleNamespace
 import torch
 import torch.fx as fx
 
+import pytest
+
+from coreai_partitioner.build_records import claim_call_sites, delegate_call_sites
 from coreai_partitioner.call_sites import (
     EXTERNALIZE_NAMESPACE,
+    call_site_signature,
     call_sites_by_op,
     externalized_op_name,
-    records_in_graph,
+    pair_call_sites,
+    record_signature,
     resolve_call_sites,
+    signatures_match,
 )
 
 
@@ -95,13 +101,14 @@ def test_real_custom_op_overload_is_recognized():
     assert externalized_op_name(overload) == "call_sites_unit_op"
 
 
-def test_count_mismatch_keeps_recorded_names_and_names_the_op_path_and_counts():
+def test_count_mismatch_pairs_what_it_can_and_names_the_op_path_and_counts():
     graph = graph_of(("renamed", Target("norm_dd")))
     records = [record("layers.0.norm", "norm_dd", "norm_dd"), record("layers.0.norm", "norm_dd", "norm_dd_1")]
 
     resolution = resolve_call_sites(records, [graph])
 
-    assert [r.source_nodes for r in resolution.records] == [["norm_dd"], ["norm_dd_1"]]
+    # One instance, indistinguishable signatures: the one call site takes the first record.
+    assert [r.source_nodes for r in resolution.records] == [["renamed"], ["norm_dd_1"]]
     (mismatch,) = resolution.mismatches
     assert (mismatch.op_name, mismatch.module_path, mismatch.call_sites, mismatch.records) == (
         "norm_dd",
@@ -155,7 +162,6 @@ def test_three_levels_of_nesting_resolve_in_each_parents_sub_export():
         ["block_attn_gg"],
         ["block_attn_norm_gg"],
     ]
-    assert records_in_graph(resolution.records, top) == list(resolution.records)
 
 
 def test_nested_child_of_a_parent_called_twice_names_its_site_in_both_sub_exports():
@@ -172,20 +178,6 @@ def test_nested_child_of_a_parent_called_twice_names_its_site_in_both_sub_export
 
     assert resolution.mismatches == ()
     assert [r.source_nodes for r in resolution.records] == [["p0"], ["p1"], ["inner_hh"]]
-
-
-def test_records_in_graph_keeps_only_the_delegates_call_sites_and_their_nested_records():
-    inner_sub = graph_of(("blk_inner_ii", Target("blk_inner_ii")))
-    delegate_a = graph_of(("a_site", Target("blk_ii")))
-    delegate_b = graph_of(("b_site", Target("tail_ii")))
-    records = [
-        record("blk", "blk_ii", "a_site", inner_sub),
-        record("blk.inner", "blk_inner_ii", "blk_inner_ii"),
-        record("tail", "tail_ii", "b_site"),
-    ]
-
-    assert [r.name for r in records_in_graph(records, delegate_a)] == [records[0].name, records[1].name]
-    assert [r.name for r in records_in_graph(records, delegate_b)] == [records[2].name]
 
 
 class CountingGraph(fx.Graph):
@@ -231,7 +223,137 @@ def test_namespace_is_coreai_torchs():
 
 
 def test_the_same_graph_passed_twice_is_searched_once():
-    graph = graph_of(("renamed", Target("norm_ll")))
+    graph = CountingGraph()
+    graph.output(graph.call_function(Target("norm_ll"), (graph.placeholder("x"),)))
+    CountingGraph.walks = 0
+
     resolution = resolve_call_sites([record("norm", "norm_ll", "norm_ll")], [graph, graph])
+
+    assert CountingGraph.walks == 1
     assert resolution.mismatches == ()
-    assert resolution.records[0].source_nodes == ["renamed"]
+    assert resolution.records[0].source_nodes == [next(iter(call_sites_by_op(graph)["norm_ll"])).name]
+
+
+# ------------------------------------------------------------ pairing checked by signature
+
+
+def typed_graph(*calls: tuple[str, Target, tuple[int, ...]]) -> fx.Graph:
+    """Independent call sites, each on its own input of the given shape (``meta["val"]`` set)."""
+    graph = fx.Graph()
+    outputs = []
+    for name, target, shape in calls:
+        x = graph.placeholder(f"x_{name}")
+        x.meta["val"] = torch.empty(shape)
+        node = graph.call_function(target, (x,))
+        node.name = name
+        outputs.append(node)
+    graph.output(tuple(outputs))
+    return graph
+
+
+def typed_record(path: str, op_name: str, source: str, shape: tuple[int, ...]) -> Record:
+    """A record whose sub-export takes one user input of ``shape``."""
+    sub = fx.Graph()
+    x = sub.placeholder("x")
+    x.meta["val"] = torch.empty(shape)
+    sub.output(x)
+    program = SimpleNamespace(graph=sub, graph_signature=SimpleNamespace(user_inputs=["x"]))
+    return Record(f"{path}_0123abcd", op_name, [source], program)
+
+
+def test_reordered_call_sites_of_different_shapes_pair_by_signature():
+    # A pass moved the [2, 8] call site ahead of the [4, 16] one.
+    graph = typed_graph(("late", Target("norm_mm"), (2, 8)), ("early", Target("norm_mm"), (4, 16)))
+    records = [typed_record("norm", "norm_mm", "norm_mm", (4, 16)), typed_record("norm", "norm_mm", "norm_mm_1", (2, 8))]
+
+    pairing = pair_call_sites(records, [graph])
+
+    assert {node.name: index for node, index in pairing.records.items()} == {"early": 0, "late": 1}
+    assert pairing.unpaired == {}
+
+
+def test_call_sites_in_recorded_order_pair_in_graph_order():
+    graph = typed_graph(("first", Target("norm_nn"), (4, 16)), ("second", Target("norm_nn"), (4, 16)))
+    records = [typed_record("norm", "norm_nn", "a", (4, 16)), typed_record("norm", "norm_nn", "b", (4, 16))]
+
+    pairing = pair_call_sites(records, [graph])
+
+    assert [(node.name, index) for node, index in pairing.records.items()] == [("first", 0), ("second", 1)]
+
+
+def test_a_call_site_no_record_was_exported_for_is_left_unpaired_with_the_shapes():
+    graph = typed_graph(("site", Target("norm_oo"), (3, 5)), ("other", Target("norm_oo"), (4, 16)))
+    records = [typed_record("norm", "norm_oo", "a", (4, 16))]
+
+    pairing = pair_call_sites(records, [graph])
+
+    assert [node.name for node in pairing.records] == ["other"]
+    ((node, reason),) = pairing.unpaired.items()
+    assert node.name == "site"
+    assert "float32[3, 5]" in reason and "float32[4, 16]" in reason
+    (mismatch,) = pairing.mismatches
+    assert (mismatch.call_sites, mismatch.records) == (2, 1)
+
+
+def test_a_call_site_fitting_records_of_two_signatures_is_ambiguous():
+    graph = typed_graph(("a", Target("norm_pp"), (4, 16)), ("b", Target("norm_pp"), (2, 16)))
+    graph.find_nodes(op="placeholder")[0].meta["val"] = None  # unknown inputs fit every record
+    records = [typed_record("norm", "norm_pp", "r0", (2, 16)), typed_record("norm", "norm_pp", "r1", (4, 16))]
+
+    pairing = pair_call_sites(records, [graph])
+
+    assert [node.name for node in pairing.records] == ["b"]
+    (reason,) = pairing.unpaired.values()
+    assert "cannot be told" in reason
+
+
+def test_symbolic_dims_match_any_size():
+    assert signatures_match((((None, 16), torch.float32),), (((7, 16), torch.float32),))
+    assert not signatures_match((((None, 16), torch.float32),), (((7, 8), torch.float32),))
+    assert not signatures_match((((7, 16), torch.float16),), (((7, 16), torch.float32),))
+    # get_default_passes() narrows 64-bit inputs: an int64 record fits an int32 call site.
+    graph = typed_graph(("s", Target("x_qq"), (2,)))
+    graph.find_nodes(op="placeholder")[0].meta["val"] = torch.empty(2, dtype=torch.int32)
+    narrowed = typed_record("x", "x_qq", "x_qq", (2,))
+    narrowed.exported_program.graph.find_nodes(op="placeholder")[0].meta["val"] = torch.empty(2, dtype=torch.int64)
+    (site,) = call_sites_by_op(graph)["x_qq"]
+    assert signatures_match(call_site_signature(site), record_signature(narrowed))
+
+
+# ------------------------------------------------------------ records carried on the call sites
+
+
+def test_claimed_call_sites_carry_their_record_and_nested_records_through_deep_copies():
+    import copy
+
+    inner_sub = graph_of(("blk_inner_rr", Target("blk_inner_rr")))
+    top = graph_of(("a_site", Target("blk_rr")), ("b_site", Target("tail_rr")))
+    records = [
+        record("blk", "blk_rr", "blk_rr", inner_sub),
+        record("blk.inner", "blk_inner_rr", "blk_inner_rr"),
+        record("tail", "tail_rr", "tail_rr"),
+    ]
+    pairing = pair_call_sites(records, [top] + [r.exported_program.graph for r in records])
+
+    assert claim_call_sites(records, pairing.by_graph(), top) == 2
+    copied = copy.deepcopy(fx.GraphModule(torch.nn.Module(), top)).graph
+
+    sites = {node.name: claimed for node, claimed in delegate_call_sites(copied)}
+    assert sites["a_site"].record is records[0]  # the same record, never a copy
+    assert sites["a_site"].nested["blk_inner_rr"].record is records[1]
+    assert sites["b_site"].record is records[2] and sites["b_site"].nested == {}
+
+
+def test_a_call_site_without_a_record_stops_the_backend_with_the_fix():
+    graph = graph_of(("lonely", Target("norm_ss")))
+    with pytest.raises(RuntimeError, match="lonely.*without a record.*externalized_modules=records"):
+        list(delegate_call_sites(graph))
+
+
+def test_a_carried_record_refuses_to_be_pickled():
+    import pickle
+
+    from coreai_partitioner.build_records import CallSiteRecord
+
+    with pytest.raises(TypeError, match="norm.*build-time state"):
+        pickle.dumps(CallSiteRecord(record("norm", "norm_tt", "norm_tt")))

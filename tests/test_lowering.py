@@ -18,10 +18,11 @@ from helpers import (
 )
 from tiny_transformer import Block, TinyTransformer
 
-from coreai_partitioner import ExternalizeSpec, _compat, spec_for
+from coreai_partitioner import ExternalizeSpec, _compat, spec_for, verify
 from coreai_torch.composite_ops import RMSNorm
 
 torch.manual_seed(0)
+pytestmark = pytest.mark.slow
 
 
 def rename_every_call(exported_program, prefix: str = "renamed_"):
@@ -98,17 +99,44 @@ class SharedNorm(torch.nn.Module):
         return self.norm(x), self.norm(y)
 
 
-def test_call_site_count_mismatch_warns_then_fails_naming_the_submodule():
+def test_call_site_count_mismatch_warns_and_pairs_the_remaining_call_site_by_signature():
     model = seeded(SharedNorm())
     x, y = torch.randn(2, 4, 16), torch.randn(2, 4, 16)
     ep, records = externalize(model, [x, y])
     DropsOneCallSite()(ep)
 
-    # The recorded names are kept, and to_edge renamed the remaining call site,
-    # so it cannot be claimed: a clear error instead of the converter's.
     with pytest.warns(UserWarning, match=r"'norm\.rmsnorm_impl'.*1 call site.*2 record"):
-        with pytest.raises(RuntimeError, match=r"'norm\.rmsnorm_impl'.*no longer pair one to one"):
-            lower(ep, records)
+        lowered = lower(ep, records)
+
+    (delegate,) = to_pte(lowered).delegates
+    (out,) = run_delegate(delegate, x)
+    assert_close(out, model.norm(x))
+
+
+class SwapsCallSites:
+    """A transform that moves the second call site of the shared norm ahead of the first."""
+
+    def __call__(self, exported_program):
+        first, second = [n for n in exported_program.graph.nodes if "coreai_torch_ext" in str(n.target)]
+        first.prepend(second)
+        exported_program.graph_module.recompile()
+        return exported_program
+
+
+def test_call_sites_reordered_by_a_pass_pair_with_the_sub_export_of_their_own_shape():
+    model = seeded(SharedNorm())
+    x, y = torch.randn(2, 4, 16), torch.randn(3, 7, 16)
+    ep, records = externalize(model, [x, y])
+    SwapsCallSites()(ep)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # nothing mismatched: no warning
+        lowered = lower(ep, records)
+
+    (delegate,) = to_pte(lowered).delegates
+    ir = asset_ir(delegate)
+    assert "tensor<2x4x16xf32>" in ir and "tensor<3x7x16xf32>" in ir
+    verify.check(lowered, model, x, y).raise_for_mismatch()
 
 
 def test_one_instance_called_twice_with_different_shapes():
@@ -257,3 +285,51 @@ def test_graph_split_by_an_unsupported_op_yields_two_assets_each_with_its_own_co
     assert_close(out_first, head)
     (out_second,) = run_delegate(second, torch.sort(head, dim=-1).values)
     assert_close(out_second, model(x))
+
+
+class SharedNormAcrossABreak(torch.nn.Module):
+    """One norm instance called on both sides of an op no Core AI delegate takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = RMSNorm(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(x)
+        y = y * ((y > 0) * (y < 1)).to(y.dtype)  # a boolean product stays outside every delegate
+        return self.norm(y)
+
+
+def test_one_instances_call_sites_in_two_delegates_each_take_their_own_record():
+    model = seeded(SharedNormAcrossABreak())
+    x = torch.randn(2, 4, 16)
+    ep, records = externalize(model, [x])
+
+    lowered = lower(ep, records)
+
+    pte = to_pte(lowered)
+    assert len(pte.delegates) == 2
+    assert all(asset_ir(d).count("coreai.invoke") == 1 for d in pte.delegates)
+    verify.check(lowered, model, x).raise_for_mismatch()
+
+
+def test_two_methods_from_two_exports_lower_with_one_partitioner_each():
+    from executorch.exir import to_edge_transform_and_lower
+
+    from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes
+
+    model = TinyTransformer(layers=1, dim=32, heads=2).eval()
+    short, long = torch.randint(0, 128, (1, 4)), torch.randint(0, 128, (1, 8))
+    programs, records = {}, {}
+    for name, sample in (("short", short), ("long", long)):
+        programs[name], records[name] = externalize(model, [sample])
+
+    lowered = to_edge_transform_and_lower(
+        programs,
+        partitioner={name: [CoreAIPartitioner(externalized_modules=r)] for name, r in records.items()},
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+    )
+
+    for name, sample in (("short", short), ("long", long)):
+        verify.check(lowered, model, sample, method=name).raise_for_mismatch()

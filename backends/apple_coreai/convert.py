@@ -1,81 +1,78 @@
-"""Convert one delegate's edge program, with its composite records, to an AIProgram."""
+"""Convert one delegate's program, with the records on its call sites, to an AIProgram."""
 
 from __future__ import annotations
 
 import copy
 import logging
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
+import torch.fx as fx
 from torch.export import ExportedProgram
 
-from coreai_partitioner import _compat
-from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_call_sites, resolve_call_sites
+from coreai_partitioner import _upstream
+from coreai_partitioner.build_records import CallSiteRecord, delegate_call_sites
+from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_call_sites
 from coreai_partitioner.programs import with_own_graph
 
 logger = logging.getLogger(__name__)
 
 
-def to_aten_in_place(program: ExportedProgram) -> ExportedProgram:
-    """Rewrite an edge program, in place, into the ATen form coreai-torch lowers.
+def converter_records(graph: fx.Graph) -> list[Any]:
+    """The records coreai-torch's converter takes for the delegate ``graph``.
 
-    Upstream's ``_prepare_program_for_conversion`` does the same on a deep copy;
-    the program ``preprocess`` receives is already ExecuTorch's private copy.
-    Node names are kept, so call sites claimed by the partitioner stay findable.
+    Reads the record the partitioner put on each call site (and the records
+    nested in theirs), renames the call sites ``call_<path>_<i>`` and returns
+    one record per distinct record: named ``<path>_<i>``, its
+    ``source_nodes`` naming its call sites, and, where its own program holds
+    nested call sites, over a renamed copy of its graph.  coreai-torch's op
+    and graph names carry per-process suffixes and both reach the asset, so
+    the names are what make two builds of one model alike.  ``graph`` is
+    renamed in place; the records themselves are never changed.
     """
-    _compat.ReplaceCopyOpsWithFunctionalPass()(program.graph_module)
-    for node in program.graph.nodes:
-        if node.op == "call_function" and isinstance(node.target, _compat.EdgeOpOverload):
-            node.target = node.target._op
-    program.graph_module.recompile()
-    return program
-
-
-def with_build_independent_names(program: ExportedProgram, records: Sequence[Any]) -> list[Any]:
-    """Name call sites and composite graphs after submodule paths and call-site indices.
-
-    coreai-torch's op names and graph names carry random suffixes, and both
-    reach the asset (graph symbols, value and boundary names), so two builds of
-    one model would differ.  Renames the call sites of ``program`` (ours to
-    change) and returns new records: named ``<path>_<i>``, and, where a record's
-    own program holds nested call sites, over a renamed copy of its graph.
-    """
-    paths = {record.op_name: module_path(record) for record in records}
-    name_call_sites(program.graph, paths)
-    program.graph_module.recompile()
+    sites = list(delegate_call_sites(graph))
+    _rename(graph, [claimed for _, claimed in sites])
+    named: dict[int, Any] = {}
     seen: Counter[str] = Counter()
-    named = []
-    for record in records:
-        path = module_path(record)
-        new = copy.copy(record)
-        new.name = f"{path}_{seen[path]}"
-        seen[path] += 1
-        if call_sites_by_op(record.exported_program.graph):
-            new.exported_program = with_own_graph(record.exported_program)
-            name_call_sites(new.exported_program.graph, paths)
-        named.append(new)
-    return named
+
+    def visit(node_name: str, claimed: CallSiteRecord) -> None:
+        new = named.get(id(claimed))
+        if new is None:
+            path = module_path(claimed.record)
+            new = named[id(claimed)] = copy.copy(claimed.record)
+            new.name = f"{path}_{seen[path]}"
+            new.source_nodes = []
+            seen[path] += 1
+            if claimed.nested:
+                new.exported_program = with_own_graph(claimed.record.exported_program)
+                nested = [
+                    (node, claimed.nested[node.name])
+                    for nodes in call_sites_by_op(new.exported_program.graph).values()
+                    for node in nodes
+                ]
+                _rename(new.exported_program.graph, [child for _, child in nested])
+                for node, child in nested:
+                    visit(node.name, child)
+        if node_name not in new.source_nodes:
+            new.source_nodes.append(node_name)
+
+    for node, claimed in sites:
+        visit(node.name, claimed)
+    return list(named.values())
 
 
-def convert(program: ExportedProgram, records: Sequence[Any]) -> Any:
-    """Convert ``program`` (ATen form) to an ``AIProgram`` with ``records`` as composites.
+def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:
+    name_call_sites(graph, {c.record.op_name: module_path(c.record) for c in claimed})
 
-    The records are re-resolved against this very graph first, so each
-    lowering coreai-torch registers by node name matches a node here.
+
+def convert(program: ExportedProgram) -> Any:
+    """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram``.
+
+    The program is rewritten in place: ATen targets, call sites renamed.
     """
-    records = with_build_independent_names(program, records)
-    graphs = [program.graph] + [record.exported_program.graph for record in records]
-    resolution = resolve_call_sites(records, graphs)
-    if resolution.mismatches:
-        raise RuntimeError(
-            "internal error: the delegate's call sites no longer match the records "
-            "the partitioner paired them with:\n  "
-            + "\n  ".join(str(m) for m in resolution.mismatches)
-        )
+    records = converter_records(program.graph)
+    _upstream.to_aten(program)
     logger.info("converting a delegate with %d externalized call site(s)", len(records))
-    converter = _compat.BuildIndependentConverter()
-    converter.add_exported_program(
-        program, _externalized_exported_programs=list(resolution.records) or None
-    )
+    converter = _upstream.BuildIndependentConverter()
+    converter.add_exported_program(program, _externalized_exported_programs=records or None)
     return converter.to_coreai()

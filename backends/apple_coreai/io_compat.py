@@ -19,10 +19,9 @@ from coreai_partitioner import _compat
 
 def coreai_io(program: Any, entrypoint: str = "main") -> tuple[list, list]:
     """A Core AI graph's I/O as ``(element type, shape)`` pairs, state included."""
-    from coreai._compiler.dialects.coreai import HandleType, TokenType
-    from coreai._compiler.ir import RankedTensorType
-
-    func_type = program._get_graph(entrypoint).function_type.value
+    types = _compat.coreai_types()
+    HandleType, TokenType, RankedTensorType = types.HandleType, types.TokenType, types.RankedTensorType
+    func_type = _compat.graph_function_type(program, entrypoint)
 
     def describe(t: Any) -> tuple[str, tuple | None]:
         if RankedTensorType.isinstance(t):

@@ -1,0 +1,225 @@
+"""Code mirrored from upstream with small changes, in one place.
+
+Each piece names what it mirrors and why it differs.  Mirrors
+executorch 1.5.1 (``backends/apple/coreai``), coreai-torch 0.4.3
+(``converter.py``, ``externalize.py``) and coreai-core 1.0.0b3
+(``authoring/asset.py``): on the next release of any of them, diff this file
+against theirs.  Private names come from :mod:`coreai_partitioner._compat`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from executorch.exir.backend.backend_details import PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from torch.export import ExportedProgram
+
+from . import _compat
+
+# ----------------------------------------------------------- executorch 1.5.1
+
+#: Upstream ``CoreAIPartitioner.partition``'s message for the legacy flow, with our records.
+LEGACY_FLOW_ERROR = (
+    "CoreAIPartitioner must be used with to_edge_transform_and_lower(). "
+    "The to_edge() + to_backend() workflow is not supported because it "
+    "decomposes ops that Core AI lowers directly. Please use:\n"
+    "    exir.to_edge_transform_and_lower(\n"
+    '        {"forward": exported_program},\n'
+    "        partitioner=[CoreAIPartitioner(externalized_modules=records)],\n"
+    "        compile_config=get_default_compile_config(),\n"
+    "    )"
+)
+
+
+def to_aten(program: ExportedProgram) -> ExportedProgram:
+    """Upstream's ``_prepare_program_for_conversion``, in place on a program the caller owns.
+
+    Upstream deep-copies the program (weights included) first; the backend
+    hands this a copy of the graph only.  Node names are kept.
+    """
+    _compat.ReplaceCopyOpsWithFunctionalPass()(program.graph_module)
+    for node in program.graph.nodes:
+        if node.op == "call_function":
+            node.target = _compat.aten_op(node.target)
+    program.graph_module.recompile()
+    return program
+
+
+def sidecar_dir(compile_specs: list[CompileSpec]) -> str | None:
+    """Upstream ``preprocess``'s build-time sidecar directory, or None for inline delivery."""
+    if _compat.get_compile_spec(compile_specs, _compat.COMPILE_SPEC_KEYS.USES_SIDECAR) is None:
+        return None
+    directory = os.environ.get(_compat.SIDECAR_DIR_ENV)
+    if not directory:
+        raise ValueError(
+            "sidecar asset delivery requires the "
+            f"{_compat.SIDECAR_DIR_ENV} environment variable to name the "
+            "build-time output directory (set it via coreai_sidecar_dir)"
+        )
+    return directory
+
+
+def deliver_aot_compiled(
+    aimodel: Path, model_hash: str, compile_specs: list[CompileSpec], sidecar: str | None
+) -> PreprocessResult:
+    """Upstream's ``_preprocess_aot_compiled``, from an asset already on disk.
+
+    ``xcrun coreai-build`` exists only on macOS; upstream's own error says so
+    when it is missing.
+    """
+    options: dict[str, Any] = _compat.aot_compile_options(compile_specs)
+    compiled = aimodel.parent / "compiled"
+    compiled.mkdir()
+    _compat.run_coreai_build(aimodel, compiled, options)
+    packaging = _compat.AssetPackaging
+    return _compat.deliver(
+        compiled,
+        model_hash,
+        packaging.AOT_COMPILED_SIDECAR if sidecar else packaging.AOT_COMPILED_INLINE,
+        {
+            "platform": options["platform"],
+            "min_deployment_version": options["min_deployment_version"],
+            "archs": {
+                arch: f"{model_hash}/{bundle.name}"
+                for arch, bundle in _compat.compiled_arch_bundles(compiled)
+            },
+        },
+        sidecar,
+    )
+
+
+# ----------------------------------------------------------- coreai-torch 0.4.3
+
+
+def subexport_and_restore(
+    model: torch.nn.Module,
+    exported_program: ExportedProgram,
+    export_call_site: Callable[[Any], ExportedProgram],
+) -> list[Any]:
+    """coreai-torch's ``_subexport_and_restore`` (Phases 2-3), exporting through ``export_call_site``.
+
+    coreai-torch exports every call site's submodule itself; here the caller
+    decides (:class:`coreai_partitioner.subexport.SharedExports` exports
+    identical call sites once).  Returns one record per call site.  The
+    model's patched forwards are restored whatever happens.
+    """
+    try:
+        _compat.drop_missing_call_sites(model, exported_program)
+        return [
+            _compat.finalize_module_export(prep, export_call_site(prep))
+            for prep in _compat.PreparedModules(model, exported_program)
+        ]
+    finally:
+        _compat.restore_externalized(_compat.find_marked_submodules(model))
+
+
+_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
+_PLAIN = {torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16, torch.int32, torch.bool}
+_RESOURCE_MIN_ELEMENTS = 256  # below this, or when splat, coreai-core keeps constants inline
+
+
+class BuildIndependentConverter(_compat.TorchConverter):
+    """``TorchConverter`` whose weight constants do not depend on the process.
+
+    Mirrors coreai-torch's ``_constant_from_tensor``.  coreai-core names every
+    weight blob after a hash seeded per process, and the names reach the
+    asset's bytecode, so two builds of one model differed.  Here a weight that
+    coreai-core would keep as a blob (256 elements or more, not a splat)
+    becomes a blob named ``weight_<n>`` in creation order, over the tensor's
+    own memory where its dtype allows (no copy).  Everything else, and the
+    dtypes this does not cover (sub-byte, float8), is coreai-torch's own.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._weights = 0
+
+    def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
+        dtype = getattr(tensor, "future_dtype", tensor.dtype)
+        if hasattr(tensor, "elem") or dtype != tensor.dtype or dtype not in _PLAIN | set(_NARROW):
+            return super()._constant_from_tensor(tensor)
+        api = _compat.coreai_constant_api()
+        array = api.validate_and_cast_numpy_array(_numpy_view(tensor.detach().cpu().contiguous()))
+        if array.size < _RESOURCE_MIN_ELEMENTS or _is_splat(array):
+            return super()._constant_from_tensor(tensor)
+        attr = api.DenseResourceElementsAttr.get_from_buffer(
+            array,
+            f"weight_{self._weights}",
+            api.get_tensor_type(tensor, self._location, dtype=dtype),
+            alignment=16,
+        )
+        self._weights += 1
+        return api.ConstantOp(value=attr).result
+
+
+def _numpy_view(tensor: torch.Tensor) -> Any:
+    """The bytes coreai-torch would embed for ``tensor``, without a copy where possible."""
+    if tensor.dtype in _NARROW:
+        return tensor.to(_NARROW[tensor.dtype]).numpy()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy()
+    return tensor.numpy()
+
+
+def _is_splat(array: Any) -> bool:
+    import numpy as np
+
+    bits = array.reshape(-1).view(np.dtype(f"u{array.itemsize}"))
+    first = bits[0]
+    return bool(bits[-1] == first and bits[len(bits) // 2] == first and (bits == first).all())
+
+
+# ----------------------------------------------------------- coreai-core 1.0.0b3
+
+
+def write_program(program: Any, path: Path, minimum_os: Any) -> Any:
+    """``AIProgram.save_asset`` without its clone of the IR and its creation date.
+
+    ``save_asset`` serializes a clone of the IR, then reads the whole bytecode
+    back to hash it while the IR is still alive, and stamps the wall-clock
+    time into ``metadata.json``.  This writes the program itself (the caller
+    drops it right after), so the IR can be released before
+    :func:`finish_asset` reads anything back.  Returns the created asset.
+    """
+    from coreai.authoring import OSVersion
+
+    api = _compat.coreai_asset_api()
+    minimum_os = minimum_os or OSVersion.v27
+    path.mkdir(parents=True)
+    created = api.create(path=str(path), metadata=None)
+    module, mlir_module = _compat.mlir_module(program)
+    module.verify()
+    bytecode_path, _ = _compat.asset_paths(created)
+    api.serialize_module_to_bytecode(
+        module=mlir_module,
+        package_path=bytecode_path,
+        dialect_version=api.dialect_version_for_os(minimum_os.value),
+        bytecode_version=api.bytecode_version,
+    )
+    return created
+
+
+def finish_asset(created: Any) -> str:
+    """Stamp the producer, hash the bytecode in chunks; returns the hash (``main.hash``) as hex.
+
+    ``metadata.json`` is rewritten with sorted keys: coreai-core writes them in
+    an order that changes from process to process.
+    """
+    producer = _compat.coreai_asset_api().producer
+    created.update_metadata(updates=lambda metadata: _compat.set_producer(metadata, producer))
+    metadata_path = created.path / "metadata.json"
+    metadata_path.write_text(json.dumps(json.loads(metadata_path.read_text()), indent=2, sort_keys=True) + "\n")
+    bytecode_path, hash_path = _compat.asset_paths(created)
+    digest = hashlib.sha256()
+    with open(bytecode_path, "rb") as bytecode:
+        for chunk in iter(lambda: bytecode.read(1 << 22), b""):
+            digest.update(chunk)
+    hash_path.write_bytes(digest.digest())
+    return digest.hexdigest()

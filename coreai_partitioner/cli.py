@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     verify_parser = commands.add_parser(
-        "verify", help="run a .pte's Core AI delegate on the Core AI runtime and compare"
+        "verify", help="run a .pte in ExecuTorch's runtime (Core AI delegates on the host backend) and compare"
     )
     verify_parser.add_argument("pte", type=Path)
     verify_parser.add_argument("--inputs", type=Path, required=True, help="torch.save'd tensor or tuple of tensors")
@@ -69,6 +69,9 @@ def _verify(args: argparse.Namespace) -> int:
         )
     except verify.UnsupportedProgram as error:
         print(f"unsupported program: {error}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    except RuntimeError as error:  # the runtime refused the inputs or a delegate failed
+        print(f"run failed: {error}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     print(report)
     return 0 if report.ok else EXIT_MISMATCH

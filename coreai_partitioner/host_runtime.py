@@ -272,7 +272,9 @@ def _load(request_ptr: Any, num_inputs: Any, num_outputs: Any, error: int, capac
         method = request.method.decode()
         manifest = json.loads(ctypes.string_at(request.manifest_json, request.manifest_nbytes))
         if request.asset_dir:
-            asset = LoadedAsset(request.asset_dir.decode())
+            asset_dir = Path(request.asset_dir.decode())
+            _check_integrity(manifest, (asset_dir / "main.mlirb").read_bytes() if (asset_dir / "main.mlirb").is_file() else None)
+            asset = LoadedAsset(asset_dir)
             initial = _initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
         else:
             files = {
@@ -300,8 +302,20 @@ def _load(request_ptr: Any, num_inputs: Any, num_outputs: Any, error: int, capac
         return 0
 
 
+def _check_integrity(manifest: dict[str, Any], program: bytes | memoryview | None) -> None:
+    """coreai-core ends the process on a corrupt program, so check it first: its sha256 is the asset's hash."""
+    if program is None:
+        raise ValueError("the asset has no main.mlirb; the .pte or its sidecar is incomplete, export it again")
+    if hashlib.sha256(program).hexdigest() != manifest["hash"]:
+        raise ValueError(
+            "the asset's main.mlirb does not match its hash (the .pte or its sidecar is corrupt); export it again"
+        )
+
+
 def _load_inline(manifest: dict[str, Any], files: dict[str, tuple[int, int]]) -> LoadedAsset:
     bundle = manifest["path"].split("/", 1)[1] + "/"
+    program = files.get(bundle + "main.mlirb")
+    _check_integrity(manifest, None if program is None else (ctypes.c_char * program[1]).from_address(program[0]))
     with tempfile.TemporaryDirectory(prefix="coreai-host-") as directory:
         root = Path(directory) / manifest["hash"]
         for path, (data, nbytes) in files.items():
@@ -472,6 +486,21 @@ def clear_last_error() -> None:
         _library.coreai_host_clear_last_error()
 
 
+_RUNTIME_ERRORS = {
+    0x14: "an operator outside the Core AI delegates has no kernel in this ExecuTorch build "
+    "(the portable kernels lack it); keep it inside a delegate or register a kernel library that has it",
+    0x23: "the program is invalid (truncated or corrupt .pte); export it again",
+}
+
+
+def _explain(error: RuntimeError) -> str:
+    import re
+
+    match = re.search(r"error: 0x:?([0-9a-fA-F]+)", str(error))
+    hint = _RUNTIME_ERRORS.get(int(match.group(1), 16)) if match else None
+    return f"{error} ({hint})" if hint else str(error)
+
+
 def live_delegates() -> int:
     """How many Core AI delegates ExecuTorch has loaded and not yet destroyed."""
     return 0 if _library is None else int(_library.coreai_host_live_delegates())
@@ -518,5 +547,5 @@ def load_program(
             try:
                 program.load_method(method)
             except RuntimeError as error:
-                raise RuntimeError(f"loading method '{method}': {last_error() or error}") from error
+                raise RuntimeError(f"loading method '{method}': {last_error() or _explain(error)}") from error
     return program

@@ -2,8 +2,9 @@
 
 Every Core AI delegate runs from the asset that actually ships: the bytes in
 the ``.pte``'s named data (or the lowered module's, before serialization), or
-the sidecar directory.  Nothing is converted again.  Operators outside the
-delegates run in PyTorch, so partially delegated programs run end to end.
+the sidecar directory.  Nothing is converted again.  A ``.pte`` runs in
+ExecuTorch's own runtime (the host Core AI backend, :mod:`coreai_partitioner.host_runtime`);
+an in-memory program runs its operators outside the delegates in PyTorch.
 
     from coreai_partitioner import verify
     outputs = verify.run(lowered, tokens)               # Core AI + PyTorch
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .pte import COREAI_BACKEND_IDS, PteContents, asset_files, coreai_manifest, materialize, read_pte
+from .pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
 from .runtime import LoadedAsset
 
 logger = logging.getLogger(__name__)
@@ -53,8 +54,10 @@ _compiled: dict[str, LoadedAsset] = {}
 
 
 def compiled_assets() -> int:
-    """How many distinct assets this process has compiled (and keeps) for running."""
-    return len(_compiled)
+    """How many assets this process has compiled (and keeps) for running: in-memory programs' and loaded ``.pte`` delegates'."""
+    from . import host_runtime
+
+    return len(_compiled) + host_runtime.live_delegates()
 
 
 def clear_cache() -> None:
@@ -63,7 +66,7 @@ def clear_cache() -> None:
         asset.close()
     _compiled.clear()
     _states.clear()
-    _pte_states.clear()
+    _programs.clear()
 
 
 def _load(
@@ -187,41 +190,32 @@ def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir
 # ---------------------------------------------------------------- .pte files
 
 
-_pte_states: dict[tuple[str, str, int], dict[str, Any]] = {}
+# Loaded programs by (.pte digest, sidecar directory); each holds its delegates' state.
+_programs: dict[tuple[str, str | None], Any] = {}
 
 
 def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
-    contents: PteContents = read_pte(data)
-    if method not in contents.methods:
-        raise UnsupportedProgram(f"the .pte has no method {method!r}; it has {', '.join(contents.methods)}")
-    plan = contents.plans[method]
-    instructions = plan.instructions
-    delegates = contents.coreai_delegates(method)
-    if len(instructions) != 1 or len(plan.delegate_calls) != 1 or len(delegates) != 1:
-        raise UnsupportedProgram(
-            f"method {method!r} of this .pte is not one Core AI delegate call "
-            f"({len(instructions)} instruction(s), {len(delegates)} Core AI delegate(s)). "
-            "A .pte file runs here only when each method is one Core AI delegate call; "
-            "run the in-memory program (what to_edge_transform_and_lower or "
-            "to_executorch returned) to execute the operators outside the delegates in PyTorch."
-        )
-    (delegate,) = delegates
-    asset = _load(delegate.manifest, lambda: delegate.files, sidecar_dir)
-    args = list(plan.delegate_calls[0].args)
-    delegate_inputs, delegate_outputs = args[: len(asset.input_names)], args[len(asset.input_names) :]
-    if list(plan.inputs) != delegate_inputs or list(plan.outputs) != delegate_outputs:
-        raise UnsupportedProgram(
-            f"method {method!r} feeds its delegate in another order than its own inputs; "
-            "run the in-memory program instead"
-        )
-    state = None
-    if asset.state_names:
-        key = (hashlib.sha256(data).hexdigest(), method, delegate.index)
-        if key not in _pte_states:
-            # The .pte holds no initial value for a buffer the delegate owns: it starts at zero.
-            _pte_states[key] = asset.new_state()
-        state = _pte_states[key]
-    return tuple(_run_asset(asset, inputs, state))
+    """Run a method of a ``.pte`` in ExecuTorch's runtime, Core AI delegates on the host backend."""
+    from . import host_runtime
+
+    key = (hashlib.sha256(data).hexdigest(), None if sidecar_dir is None else str(sidecar_dir))
+    program = _programs.get(key)
+    if program is None:
+        try:
+            program = host_runtime.load_program(data, sidecar_dir=sidecar_dir)
+        except RuntimeError as error:
+            raise UnsupportedProgram(f"ExecuTorch's runtime cannot load this .pte: {error}") from error
+        _programs[key] = program
+    if method not in program.method_names:
+        raise UnsupportedProgram(f"the .pte has no method {method!r}; it has {', '.join(sorted(program.method_names))}")
+    host_runtime.clear_last_error()
+    try:
+        outputs = program.load_method(method).execute(list(inputs))
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"method {method!r} of the .pte failed in ExecuTorch's runtime: {host_runtime.last_error() or error}"
+        ) from error
+    return tuple(outputs)
 
 
 # ---------------------------------------------------------------- public API
@@ -237,10 +231,13 @@ def run(
 
     ``program`` is what ``to_edge_transform_and_lower`` returns, the
     ``ExecutorchProgramManager`` after ``to_executorch()``, or a ``.pte``
-    (bytes or path; each method must then be one Core AI delegate call).
+    (bytes or path), which runs in ExecuTorch's own runtime with the host Core
+    AI backend (:func:`coreai_partitioner.load_runtime_backend`): operators
+    outside the delegates on ExecuTorch's portable kernels.
     State of stateful delegates (mutable buffers they took over) carries over
     from call to call on the same program; :func:`reset_state` starts over.
-    Sidecar assets are read from ``sidecar_dir``, by default ``$COREAI_SIDECAR_DIR``.
+    Sidecar assets are read from ``sidecar_dir``, by default the ``.pte``'s
+    directory (for a path) or ``$COREAI_SIDECAR_DIR``.
     """
     if isinstance(program, (bytes, bytearray, memoryview)):
         return _run_pte(bytes(program), inputs, method, sidecar_dir)
@@ -259,13 +256,14 @@ def reset_state(program: Any = None) -> None:
     """Forget the carried state of ``program``'s delegates (of every program if None)."""
     if program is None:
         _states.clear()
-        _pte_states.clear()
+        _programs.clear()
         return
     if isinstance(program, (bytes, bytearray, memoryview, str, os.PathLike)):
+        # Dropping the loaded program destroys its delegates and their state; the next run reloads it.
         data = bytes(program) if not isinstance(program, (str, os.PathLike)) else Path(program).read_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        for key in [k for k in _pte_states if k[0] == digest]:
-            del _pte_states[key]
+        for key in [k for k in _programs if k[0] == digest]:
+            del _programs[key]
         return
     from executorch.exir.lowered_backend_module import get_lowered_backend_modules
 

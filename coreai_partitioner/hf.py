@@ -10,9 +10,14 @@ reversibly::
         ep, records = externalize_modules(hf.PrefillProgram(model), default_specs(), export_fn=...)
     print(swaps)            # what was swapped; the model is the original again here
 
-:class:`PrefillProgram` and :class:`StaticCacheDecoder` are the two programs
-an on-device LLM needs: a forward over the prompt, and a one-token decode step
-whose KV cache lives in buffers the Core AI delegate takes over as state.
+:func:`lower_decoder` makes the program an on-device LLM ships, in the form
+ExecuTorch's LLM runner (``extension/llm/runner``) reads: one ``forward(tokens
+[1, T], input_pos [T]) -> logits`` over a static KV cache held as Core AI
+delegate state, ``T`` from 1 to a prefill chunk (a whole prompt in one call,
+or one token), embedding, decoder and lm_head in one delegate, and the
+runner's metadata methods (:func:`runner_metadata`).  :class:`DecoderShapes`
+picks dynamic ``T`` or enumerated ``T`` in {1, chunk}.  :class:`PrefillProgram`
+is the cache-free forward over a prompt, for checking composites alone.
 """
 
 from __future__ import annotations
@@ -91,8 +96,35 @@ def _register_attention() -> None:
     from transformers.modeling_utils import AttentionInterface
 
     AttentionInterface.register(ATTENTION, _attention)
-    # The mask HF builds for SDPA, without vmap, so the program exports.
-    AttentionMaskInterface.register(ATTENTION, sdpa_mask_without_vmap)
+    AttentionMaskInterface.register(ATTENTION, _mask_for(sdpa_mask_without_vmap))
+
+
+def _mask_for(fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """The boolean attention mask ``[B, 1, T, kv_length]`` from cache positions, built inside the delegate.
+
+    HF's export mask (``sdpa_mask_without_vmap``, the ``fallback``) adds an int
+    scalar offset and multiplies boolean masks; ExecuTorch lifts the scalar to
+    a rank-0 int64 constant that stays outside the delegate, and Core AI has
+    no boolean multiply.  This builds the same causal (and sliding-window)
+    mask from comparisons alone, and is never ``None`` (a static cache needs
+    the mask even for one query).  Padding masks and chunked attention go to
+    ``fallback``.
+    """
+
+    def mask(batch_size, cache_position, kv_length, kv_offset=0, mask_function=None, attention_mask=None, **kwargs):
+        config = kwargs.get("config")
+        if attention_mask is not None or kv_offset != 0 or getattr(config, "attention_chunk_size", None):
+            return fallback(batch_size, cache_position, kv_length, kv_offset, mask_function, attention_mask, **kwargs)
+        slots = torch.arange(kv_length, dtype=cache_position.dtype, device=cache_position.device)
+        positions = cache_position.view(-1, 1)
+        allowed = slots <= positions
+        window = getattr(config, "sliding_window", None)
+        if window is not None and window < kv_length:
+            distance = (positions - slots).to(torch.float32)
+            allowed = torch.logical_and(allowed, distance < float(window))
+        return allowed[None, None, :, :].expand(batch_size, -1, -1, -1)
+
+    return mask
 
 
 def _attention_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -224,24 +256,43 @@ def _static_cache_class() -> type:
             position = cache_kwargs["cache_position"]
             keys = getattr(owner, f"key_cache_{layer_idx}")
             values = getattr(owner, f"value_cache_{layer_idx}")
-            keys.index_copy_(2, position, key_states.to(keys.dtype))
-            values.index_copy_(2, position, value_states.to(values.dtype))
+            keys.copy_(_write_at(keys, key_states, position))
+            values.copy_(_write_at(values, value_states, position))
             return keys, values
 
     return BufferStaticCache
 
 
-class StaticCacheDecoder(nn.Module):
-    """One decode step over a static KV cache: ``(input_ids, cache_position) -> logits``.
+def _write_at(cache: torch.Tensor, states: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """``cache`` with ``states`` [B, H, T, D] written at sequence ``position`` [T], as a one-hot product.
 
-    The cache is ``key_cache_<layer>``/``value_cache_<layer>`` buffers of
-    ``max_cache_len`` positions, updated in place; lowered with
-    ``take_over_mutable_buffer=True`` (the default) they are the delegate's state.
+    ``index_copy`` decomposes to ``index_put``, which coreai-torch converts only
+    when the indexed dimension is static; a product with a one-hot matrix is
+    exact (one nonzero term per row), converts with ``T`` symbolic, and keeps
+    the whole write inside the delegate.  Positions outside the cache write nothing.
+    """
+    slots = torch.arange(cache.shape[2], dtype=position.dtype, device=cache.device)
+    one_hot = (slots.unsqueeze(-1) == position.unsqueeze(0)).to(cache.dtype)  # [L, T]
+    kept = 1.0 - one_hot.sum(-1, keepdim=True)  # [L, 1]: 0 where written (a float scalar, not a lifted int64)
+    return cache * kept + torch.matmul(one_hot, states.to(cache.dtype))
+
+
+class StaticCacheDecoder(nn.Module):
+    """A decoder step over a static KV cache: ``(tokens [1, T], input_pos [T]) -> logits [1, T, vocab]``.
+
+    ``input_pos`` holds the cache positions of the ``T`` tokens (ExecuTorch's
+    ``TextDecoderRunner`` feeds this form when the method's second input has
+    more than one element).  ``T`` tokens at once is a prefill, one token a
+    decode step; both write the cache.  The cache is ``key_cache_<layer>`` /
+    ``value_cache_<layer>`` buffers of ``max_cache_len`` positions, updated in
+    place; lowered with ``take_over_mutable_buffer=True`` (the default) they
+    are the delegate's state.
     """
 
     def __init__(self, model: nn.Module, max_cache_len: int, batch_size: int = 1) -> None:
         super().__init__()
         self.model = model
+        self.max_cache_len = max_cache_len
         config = model.config.get_text_config()
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", config.num_attention_heads)
@@ -252,28 +303,199 @@ class StaticCacheDecoder(nn.Module):
             self.register_buffer(f"key_cache_{layer}", torch.zeros(shape, dtype=model.dtype), persistent=False)
             self.register_buffer(f"value_cache_{layer}", torch.zeros(shape, dtype=model.dtype), persistent=False)
 
-    def forward(self, input_ids: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         return self.model(
-            input_ids=input_ids, cache_position=cache_position, past_key_values=self.cache, use_cache=True
+            input_ids=tokens, cache_position=input_pos, past_key_values=self.cache, use_cache=True
         ).logits
 
 
-def greedy_decode(program: Any, prompt: list[int], new_tokens: int, *, method: str = "decode") -> list[int]:
-    """Greedy generation through a lowered :class:`StaticCacheDecoder`, on the Core AI runtime.
+# ---------------------------------------------------------------- one .pte for ExecuTorch's LLM runner
 
-    Feeds the prompt one token at a time, then its own argmax; returns prompt
-    plus ``new_tokens`` tokens.  Starts from an empty cache.
+#: Shape modes of the exported ``forward``: ``T`` any of 1..chunk, or only 1 and chunk.
+SHAPE_MODES = ("dynamic", "enumerated")
+
+
+@dataclass(frozen=True)
+class DecoderShapes:
+    """The limits a lowered decoder was built for.
+
+    ``max_context_len`` is the KV cache length (prompt plus generated tokens);
+    ``prefill_chunk`` the most tokens one ``forward`` call takes.  ``mode``
+    ``"dynamic"`` exports ``T`` as a dimension from 1 to ``prefill_chunk``
+    (GPU and CPU targets, and any prompt length in one call); ``"enumerated"``
+    compiles one Core AI asset with an entrypoint for ``T = 1`` and one for
+    ``T = prefill_chunk`` sharing the weights (static shapes, what the Neural
+    Engine needs; a shorter prompt is padded to the chunk).
+    """
+
+    max_context_len: int = 128
+    prefill_chunk: int = 32
+    mode: str = "dynamic"
+
+    def __post_init__(self) -> None:
+        if self.mode not in SHAPE_MODES:
+            raise ValueError(f"shape mode {self.mode!r}: choose one of {', '.join(SHAPE_MODES)}")
+        if not 1 <= self.prefill_chunk <= self.max_context_len:
+            raise ValueError(
+                f"prefill_chunk {self.prefill_chunk} must be between 1 and max_context_len "
+                f"{self.max_context_len}"
+            )
+        if self.mode == "enumerated" and self.prefill_chunk == 1:
+            raise ValueError("enumerated shapes need prefill_chunk > 1 (T = 1 and T = prefill_chunk)")
+
+    def input_enumerations(self) -> list[dict[int, list[int]]] | None:
+        """``CoreAIPartitioner(input_enumerations=...)`` for this mode: T of tokens and input_pos."""
+        if self.mode != "enumerated":
+            return None
+        values = [1, self.prefill_chunk]
+        return [{1: values}, {0: values}]
+
+
+def export_decoder(model: nn.Module, shapes: DecoderShapes, *, before_export: Callable[[], None] | None = None):
+    """Externalize ``model``'s composites and export its :class:`StaticCacheDecoder` with ``T`` symbolic.
+
+    Returns ``(exported_program, records)`` as :func:`externalize_modules` does.
+    ``before_export`` runs after the composite swaps, right before
+    ``torch.export`` (quantization goes there).
+    """
+    from coreai_torch import get_decomp_table
+
+    from . import default_specs, externalize_modules
+
+    tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
+    length = min(2, shapes.prefill_chunk)
+    sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
+
+    def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
+        if before_export is not None:
+            before_export()
+        with torch.no_grad():
+            program = torch.export.export(
+                module, sample, dynamic_shapes=({1: tokens_dim}, {0: tokens_dim}) if shapes.prefill_chunk > 1 else None
+            )
+            return program.run_decompositions(get_decomp_table())
+
+    with coreai_composites(model) as swaps:
+        logger.info("swapped for Core AI composites: %s", swaps)
+        decoder = StaticCacheDecoder(model, shapes.max_context_len).eval()
+        return externalize_modules(decoder, default_specs(), export_fn=export_fn)
+
+
+def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
+    """The constant methods ExecuTorch's LLM runner reads (``extension/llm/runner/constants.h``).
+
+    ``get_max_seq_len`` (required by the runner) is the most tokens one call
+    takes, ``get_max_context_len`` the cache length.  ``enable_dynamic_shape``
+    makes the runner prefill a prompt in one call; with enumerated shapes it
+    feeds the prompt one token at a time instead (T = 1 is always there).
+    """
+    config = model.config.get_text_config()
+    generation = getattr(model, "generation_config", None)
+    eos = getattr(generation, "eos_token_id", None) or getattr(config, "eos_token_id", None)
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    bos = getattr(generation, "bos_token_id", None) or getattr(config, "bos_token_id", None)
+    return {
+        "get_max_seq_len": shapes.prefill_chunk,
+        "get_max_context_len": shapes.max_context_len,
+        "get_vocab_size": config.vocab_size,
+        "get_bos_id": bos if bos is not None else 0,
+        "get_eos_ids": eos_ids,
+        "use_kv_cache": True,
+        "enable_dynamic_shape": shapes.mode == "dynamic",
+    }
+
+
+def lower_decoder(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    *,
+    before_export: Callable[[], None] | None = None,
+    **partitioner_options: Any,
+):
+    """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
+
+    Returns what ``to_edge_transform_and_lower`` returns; ``.to_executorch()``
+    gives the ``.pte``.
+    """
+    from executorch.exir import to_edge_transform_and_lower
+
+    from . import CoreAIPartitioner, get_default_compile_config
+    from .passes import get_default_passes
+
+    check_supported(model)
+    program, records = export_decoder(model, shapes, before_export=before_export)
+    partitioner = CoreAIPartitioner(
+        externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
+    )
+    return to_edge_transform_and_lower(
+        program,
+        partitioner=[partitioner],
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+        constant_methods=runner_metadata(model, shapes),
+    )
+
+
+def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """The ``forward`` calls that feed ``tokens`` from cache position ``start``: ``(tokens, input_pos, used)``.
+
+    One call per ``prefill_chunk`` tokens; with enumerated shapes a shorter
+    call is padded to the chunk (``used`` says how many of its logits count).
+    Raises if the tokens do not fit in the context.
+    """
+    if start + len(tokens) > shapes.max_context_len:
+        raise ValueError(
+            f"{start + len(tokens)} tokens do not fit in the context of {shapes.max_context_len} "
+            "(max_context_len, the KV cache length); export with a longer context or shorten the prompt"
+        )
+    calls = []
+    for offset in range(0, len(tokens), shapes.prefill_chunk):
+        chunk = tokens[offset : offset + shapes.prefill_chunk]
+        used = len(chunk)
+        if shapes.mode == "enumerated" and used not in (1, shapes.prefill_chunk):
+            chunk = chunk + [0] * (shapes.prefill_chunk - used)
+        position = start + offset
+        calls.append((torch.tensor([chunk]), torch.arange(position, position + len(chunk)), used))
+    return calls
+
+
+def check_call(tokens: torch.Tensor, shapes: DecoderShapes) -> None:
+    """Raise, naming the limit, if ``tokens`` [1, T] is not a length the exported ``forward`` takes."""
+    length = tokens.shape[-1]
+    allowed = (1, shapes.prefill_chunk) if shapes.mode == "enumerated" else range(1, shapes.prefill_chunk + 1)
+    if length not in allowed:
+        limit = (
+            f"T in {{1, {shapes.prefill_chunk}}} (enumerated shapes)"
+            if shapes.mode == "enumerated"
+            else f"T from 1 to the prefill chunk {shapes.prefill_chunk}"
+        )
+        raise ValueError(f"forward got {length} tokens; it was exported for {limit}: split or pad the call")
+
+
+def greedy_decode(program: Any, prompt: list[int], new_tokens: int, shapes: DecoderShapes) -> list[int]:
+    """Greedy generation through a lowered :func:`lower_decoder` program, on the Core AI runtime.
+
+    Prefills the prompt in one ``forward`` call per ``prefill_chunk`` tokens,
+    then feeds its own argmax one token at a time; returns prompt plus
+    ``new_tokens`` tokens.  Starts from an empty cache.  ``program`` is what
+    ``verify.run`` takes (the lowered program, its ``to_executorch()``, a ``.pte``).
     """
     from . import verify
 
+    if not prompt:
+        raise ValueError("the prompt is empty; give at least one token")
+    prefill_calls(prompt + [0] * (new_tokens - 1), 0, shapes)  # raises if it cannot fit
     verify.reset_state(program)
     tokens = list(prompt)
-    for position in range(len(prompt) + new_tokens - 1):
-        (logits,) = verify.run(
-            program, torch.tensor([[tokens[position]]]), torch.tensor([position]), method=method
-        )
-        if position >= len(prompt) - 1:
-            tokens.append(int(logits[0, -1].argmax()))
+    logits = None
+    for chunk, positions, used in prefill_calls(prompt, 0, shapes):
+        (logits,) = verify.run(program, chunk, positions)
+        logits = logits[:, :used]
+    for _ in range(new_tokens):
+        tokens.append(int(logits[0, -1].argmax()))
+        if len(tokens) == len(prompt) + new_tokens:
+            break
+        (logits,) = verify.run(program, torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
     return tokens
 
 

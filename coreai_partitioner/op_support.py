@@ -14,6 +14,8 @@ from typing import Any
 import torch
 
 from . import _compat
+from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
+
 from .call_sites import externalized_op_name
 
 logger = logging.getLogger("coreai_partitioner.partitioner")
@@ -36,6 +38,8 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and _is_bool_mul(node):
             # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
             return False
+        if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
+            return self._supports_symbolic(node)
         if node.op != "call_function" or externalized_op_name(node.target) is None:
             return super().is_node_supported(submodules, node)
         reason = self._rejection(node)
@@ -70,6 +74,38 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
                     "(get_default_passes() narrows only 64-bit graph inputs)"
                 )
         return None
+
+
+    def _supports_symbolic(self, node: torch.fx.Node) -> bool:
+        """An op over a symbolic shape (a view or expand over an LLM's token count ``T``, ``sym_size``).
+
+        Upstream rejects every node with a SymInt operand, so a program exported
+        with a dynamic dim splits into many delegates and its state leaves them.
+        coreai-torch converts such ops with symbolic shapes; a SymInt never
+        crosses the delegate boundary as long as the ``sym_size`` producing it is
+        inside too, which this also accepts.
+        """
+        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not is_coreai_supported_target(node.target):
+            return False
+        if getattr(node.target, "__name__", "").endswith("index_put.default") and _symbolic_beyond_dim0(node):
+            return False  # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
+        return not any(
+            isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64)
+            for val in _compat.node_tensor_vals(node)
+        )
+
+
+def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
+    return any(
+        isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) for val in _compat.node_tensor_vals(node)
+    )
+
+
+def _symbolic_beyond_dim0(node: torch.fx.Node) -> bool:
+    return any(
+        isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape[1:])
+        for val in _compat.node_tensor_vals(node)
+    )
 
 
 def _is_bool_mul(node: torch.fx.Node) -> bool:

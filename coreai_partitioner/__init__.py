@@ -2,42 +2,51 @@
 
 The path of a record, from the model to the converter:
 
-1. **Externalize** (:func:`externalize_modules`).  coreai-torch patches every
-   submodule matching a spec (:func:`default_specs`, :func:`spec_for`, or your
-   own ``ExternalizeSpec``) into a ``coreai_torch_ext::<op>`` custom op, the
-   caller's ``export_fn`` exports the model, and each call site's submodule is
-   exported on its own.  One *record* per call site comes back; its
-   ``source_nodes`` name the call site's FX node *at that moment*.  The model
-   is unpatched again.
+1. **Externalize** (:func:`externalize_modules`, :mod:`.externalize`).
+   coreai-torch patches every submodule matching a spec (:func:`default_specs`,
+   :func:`spec_for`, or your own ``ExternalizeSpec``) into a
+   ``coreai_torch_ext::<op>`` custom op, the caller's ``export_fn`` exports
+   the model, and each call site's submodule is exported on its own
+   (:mod:`.subexport` exports identical call sites once).  One *record* per
+   call site comes back: its op name, its sub-exported program, and the name
+   its call site's FX node had *at that moment*.  The model is unpatched again.
 
 2. **Transform** (the caller).  Quantization, renaming passes, and then
    ExecuTorch's ``to_edge`` rebuild the graph: every node is renamed
    (``n0_norm_ab12`` becomes ``coreai_torch_ext_n0_norm_ab12_default``) and
    custom node metadata is dropped.  The op *target* survives.
 
-3. **Partition** (:class:`CoreAIPartitioner`).  Every record is re-resolved by
-   op target against the edge program and the records' own sub-exports
-   (:mod:`coreai_partitioner.call_sites`, a pure function over FX graphs).
-   Call sites with a record are claimed alongside the ops upstream's
-   partitioner claims, and stamped with a key into this process's table of
-   build-time records (:mod:`coreai_partitioner.build_records`); nothing about
-   the records enters a compile spec or the ``.pte``.
+3. **Partition** (:class:`CoreAIPartitioner`, :mod:`.partitioner`).  Every
+   call site of the edge program (and of the records' own sub-exports, for
+   nested submodules) is paired with a record, once, by op target in graph
+   order, checked against the record's sub-exported input shapes and dtypes
+   (:func:`.call_sites.pair_call_sites`, a pure function over FX graphs).
+   Paired call sites are claimed alongside the ops upstream's rules claim
+   (:mod:`.op_support`), and each carries its record in ``node.meta``
+   (:mod:`.build_records`), a reference that ExecuTorch's graph copies keep
+   as it is.  Nothing about the records enters a compile spec or the ``.pte``.
 
-4. **Convert** (``CoreAICompositeBackend.preprocess``, in ``backends/``).  Each
-   delegate takes exactly the records whose call sites lie in its graph (and
-   their nested records), re-resolves them against the very graph handed to
-   ``TorchConverter.add_exported_program(..., _externalized_exported_programs=...)``,
-   converts, checks the delegate boundary, and ships the asset the way
-   upstream's backend does.
+4. **Convert** (``CoreAICompositeBackend.preprocess``, ``backends/apple_coreai/``).
+   Each delegate reads the records off its own call sites, renames them
+   after their submodule paths so every build names them alike, and hands
+   them to ``TorchConverter.add_exported_program(...,
+   _externalized_exported_programs=...)``; then checks the delegate boundary
+   and ships the asset the way upstream's backend does.  Code mirrored from
+   upstream lives in :mod:`._upstream`, private names in :mod:`._compat`.
 
-5. **Verify** (:mod:`coreai_partitioner.verify`, :mod:`coreai_partitioner.testing`,
-   ``python -m coreai_partitioner``).  The shipped assets run on the Core AI
-   runtime (Linux CPU included) and are compared with eager PyTorch.
+5. **Run and verify** (:func:`load_runtime_backend`, :mod:`.verify`,
+   ``python -m coreai_partitioner``).  ExecuTorch's own runtime runs the
+   ``.pte`` here, its Core AI delegates on coreai-core's runtime (Linux CPU
+   included), and the outputs are compared with eager PyTorch.
+
+:func:`lower` and :func:`save_pte` do steps 1 to 4 and write the file for
+the common case.
 """
 
 from . import _compat, verify
 from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config, get_default_passes
 from .externalize import ExternalizedModules, externalize_modules
+from .lowering import export_with_composites, lower, lower_exported, save_pte
 from .host_runtime import load_runtime_backend
 from .partitioner import CoreAIPartitioner
 from .specs import default_specs, spec_for
@@ -49,7 +58,11 @@ __all__ = [
     "ExternalizedModules",
     "default_specs",
     "do_not_delegate",
+    "export_with_composites",
     "externalize_modules",
+    "lower",
+    "lower_exported",
+    "save_pte",
     "get_default_compile_config",
     "get_default_passes",
     "load_runtime_backend",

@@ -131,11 +131,11 @@ def record_signature(record: Any) -> Signature | None:
     signature = getattr(program, "graph_signature", None)
     if signature is None:
         return None
-    user_inputs = set(signature.user_inputs)
+    placeholders = [node for node in program.graph.nodes if node.op == "placeholder"]
     return _tensor_signature(
         node.meta.get("val")
-        for node in program.graph.nodes
-        if node.op == "placeholder" and node.name in user_inputs
+        for node, spec in zip(placeholders, signature.input_specs)
+        if spec.kind.name == "USER_INPUT"
     )
 
 

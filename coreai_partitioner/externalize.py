@@ -17,6 +17,7 @@ from . import _compat, _upstream
 from .call_sites import module_path
 from .checks import check_externalizable, is_class_forward
 from .fake import memoize_fake_impls
+from .programs import deep_copy
 from .specs import default_specs
 from .subexport import SharedExports
 
@@ -48,7 +49,11 @@ class ExternalizedModules(list):
     def __deepcopy__(self, memo: dict) -> ExternalizedModules:
         # Each record's program is copied with its weights; the custom ops it
         # names stay this process's, so the copy lowers here like the original.
-        copied = ExternalizedModules(copy.deepcopy(list(self), memo))
+        copied = ExternalizedModules()
+        for record in self:
+            new = copy.copy(record)
+            new.exported_program = deep_copy(record.exported_program, memo)
+            copied.append(new)
         copied.sub_exports = self.sub_exports
         return copied
 

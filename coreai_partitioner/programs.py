@@ -20,9 +20,7 @@ def with_own_graph(
     nodes, not weights; the tensors are shared, never copied.
     """
     graph_module = copy.deepcopy(program.graph_module)
-    for original, node in zip(program.graph.nodes, graph_module.graph.nodes):
-        node.name = original.name  # the copy renames nodes that shadow builtins ("input")
-    graph_module.recompile()
+    _keep_names(program, graph_module)
     return ExportedProgram(
         root=graph_module,
         graph=graph_module.graph,
@@ -34,3 +32,16 @@ def with_own_graph(
         constants=dict(program.constants if constants is None else constants),
         verifiers=[program.verifier],
     )
+
+
+def deep_copy(program: ExportedProgram, memo: dict | None = None) -> ExportedProgram:
+    """``copy.deepcopy(program)``, weights included, with the node names the signature uses."""
+    copied = copy.deepcopy(program, memo)
+    _keep_names(program, copied.graph_module)
+    return copied
+
+
+def _keep_names(program: ExportedProgram, graph_module: Any) -> None:
+    for original, node in zip(program.graph.nodes, graph_module.graph.nodes):
+        node.name = original.name  # a copy renames nodes that shadow builtins ("input")
+    graph_module.recompile()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,9 +12,9 @@ import torch
 from torch.export import ExportedProgram
 
 from . import verify
-from ._compat import ExternalizeSpec, get_default_compile_config, get_default_passes
+from ._compat import ExternalizeSpec
 from .externalize import externalize_modules
-from .partitioner import CoreAIPartitioner
+from .lowering import export_with_composites, lower_exported, save_pte
 from .specs import default_specs
 
 
@@ -38,18 +39,11 @@ def assert_lowers_and_matches(
 
     The eager reference runs after lowering, once, on ``model`` itself.
     """
-    from coreai_torch import get_decomp_table
-    from executorch.exir import to_edge_transform_and_lower
-
     sample = tuple(sample) if isinstance(sample, (tuple, list)) else (sample,)
     if export_fn is None:
-
-        def export_fn(m: torch.nn.Module) -> ExportedProgram:
-            return torch.export.export(m, sample).run_decompositions(get_decomp_table())
-
-    ep, records = externalize_modules(
-        model, default_specs() if specs is None else specs, export_fn=export_fn
-    )
+        exported = export_with_composites(model, sample, specs=specs)
+    else:
+        exported = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
     with contextlib.ExitStack() as stack:
         sidecar_dir = None
         if partitioner_options.get("uses_sidecar"):
@@ -57,13 +51,8 @@ def assert_lowers_and_matches(
 
             sidecar_dir = stack.enter_context(tempfile.TemporaryDirectory())
             stack.enter_context(coreai_sidecar_dir(sidecar_dir))
-        lowered = to_edge_transform_and_lower(
-            ep,
-            partitioner=[CoreAIPartitioner(externalized_modules=records, **partitioner_options)],
-            compile_config=get_default_compile_config(),
-            transform_passes=get_default_passes(),
-        )
-        program = lowered.to_executorch()
-        report = verify.check(program, model, *sample, rtol=rtol, atol=atol, sidecar_dir=sidecar_dir)
+        with tempfile.TemporaryDirectory() as directory:
+            pte = save_pte(lower_exported(exported, **partitioner_options), Path(directory) / "model.pte")
+            report = verify.check(pte, model, *sample, rtol=rtol, atol=atol, sidecar_dir=sidecar_dir)
     report.raise_for_mismatch()
     return report

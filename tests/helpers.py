@@ -7,15 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from coreai_torch import get_decomp_table
-from executorch.exir import to_edge_transform_and_lower
 
-from coreai_partitioner import (
-    CoreAIPartitioner,
-    externalize_modules,
-    default_specs,
-    get_default_compile_config,
-    get_default_passes,
-)
+from coreai_partitioner import export_with_composites, lower_exported
 from coreai_partitioner import assets
 from coreai_partitioner.pte import PteContents, read_pte
 from coreai_partitioner.runtime import LoadedAsset
@@ -27,16 +20,11 @@ def export_fn(*sample: torch.Tensor):
 
 
 def externalize(model: torch.nn.Module, sample: Sequence[torch.Tensor], specs=None):
-    return externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn(*sample))
+    return export_with_composites(model, sample, specs=specs)
 
 
 def lower(exported_program, records=None, **options):
-    return to_edge_transform_and_lower(
-        exported_program,
-        partitioner=[CoreAIPartitioner(externalized_modules=records, **options)],
-        compile_config=get_default_compile_config(),
-        transform_passes=get_default_passes(),
-    )
+    return lower_exported((exported_program, records), **options)
 
 
 def to_pte(lowered) -> PteContents:
@@ -94,3 +82,34 @@ class TwoNorms(torch.nn.Module):
         return self.n2(self.lin(self.n1(x)))
 
 
+class MyLeaf(torch.nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-3) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight / (x.abs().mean(-1, keepdim=True) + self.eps)
+
+
+class SplitBySort(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n1 = RMSNorm(16)
+        self.lin = torch.nn.Linear(16, 16)
+        self.n2 = RMSNorm(16)
+        self.n3 = RMSNorm(16)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n2(self.lin(self.n1(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n3(torch.sort(self.head(x), dim=-1).values)
+
+
+def is_patched(model: torch.nn.Module) -> bool:
+    """Whether coreai-torch's patching left anything on the model."""
+    return any(
+        hasattr(m, "_original_forward") or hasattr(m, "_externalize_name") or "forward" in vars(m)
+        for m in model.modules()
+    )

@@ -17,7 +17,6 @@ from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_c
 from coreai_partitioner.backends.apple_coreai import BACKEND_ID, CoreAICompositeBackend
 from coreai_torch.composite_ops import RMSNorm
 
-torch.manual_seed(0)
 pytestmark = pytest.mark.slow
 
 

@@ -257,7 +257,8 @@ def typed_record(path: str, op_name: str, source: str, shape: tuple[int, ...]) -
     x = sub.placeholder("x")
     x.meta["val"] = torch.empty(shape)
     sub.output(x)
-    program = SimpleNamespace(graph=sub, graph_signature=SimpleNamespace(user_inputs=["x"]))
+    user_input = SimpleNamespace(kind=SimpleNamespace(name="USER_INPUT"))
+    program = SimpleNamespace(graph=sub, graph_signature=SimpleNamespace(input_specs=[user_input]))
     return Record(f"{path}_0123abcd", op_name, [source], program)
 
 

@@ -7,17 +7,10 @@ import warnings
 
 import pytest
 import torch
-from helpers import TwoNorms, export_fn
+from helpers import TwoNorms, export_fn, is_patched
 
 from coreai_partitioner import ExternalizeSpec, default_specs, externalize_modules, spec_for
 from coreai_torch import composite_ops
-
-
-def is_patched(model: torch.nn.Module) -> bool:
-    return any(
-        hasattr(m, "_original_forward") or hasattr(m, "_externalize_name") or "forward" in vars(m)
-        for m in model.modules()
-    )
 
 
 def test_model_is_unpatched_after_externalizing():

@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 
 from coreai_partitioner.testing import assert_lowers_and_matches
 
+pytestmark = pytest.mark.slow
+
 
 def check(config: Config) -> None:
     assert_lowers_and_matches(build(config), sample(config), specs=specs(config))

@@ -10,7 +10,7 @@ from helpers import TwoNorms, export_fn, externalize, lower, seeded
 
 from coreai_partitioner import ExternalizeSpec, default_specs, externalize_modules
 from coreai_torch.composite_ops import RMSNorm
-from test_externalize import is_patched
+from helpers import is_patched
 
 
 class LlamaRMSNormLike(torch.nn.Module):
@@ -100,6 +100,7 @@ class Other(torch.nn.Module):
         return self.other_norm(x)
 
 
+@pytest.mark.slow
 def test_records_of_another_model_warn_naming_them_and_unrecorded_call_sites_fail():
     x = torch.randn(2, 4, 16)
     ep, _ = externalize(seeded(TwoNorms()), [x])
@@ -125,6 +126,7 @@ class Pick(torch.nn.Module):
         return torch.index_select(x, 0, index) * 2.0
 
 
+@pytest.mark.slow
 def test_call_site_with_int64_operands_fails_naming_the_submodule_and_the_fix():
     x, i = torch.randn(4, 8), torch.tensor([0, 1], dtype=torch.int32)
     ep, records = externalize(Gathers(), [x, i], [ExternalizeSpec(Pick)])
@@ -132,6 +134,7 @@ def test_call_site_with_int64_operands_fails_naming_the_submodule_and_the_fix():
         lower(ep, records)
 
 
+@pytest.mark.slow
 def test_failed_sidecar_write_leaves_no_half_populated_directory(tmp_path, monkeypatch):
     from executorch.backends.apple.coreai import coreai_sidecar_dir
 

@@ -7,6 +7,8 @@ import warnings
 import pytest
 import torch
 from helpers import (
+    MyLeaf,
+    SplitBySort,
     asset_ir,
     assert_close,
     externalize,
@@ -21,7 +23,6 @@ from tiny_transformer import Block, TinyTransformer
 from coreai_partitioner import ExternalizeSpec, _compat, spec_for, verify
 from coreai_torch.composite_ops import RMSNorm
 
-torch.manual_seed(0)
 pytestmark = pytest.mark.slow
 
 
@@ -202,16 +203,6 @@ def test_mixed_composites_in_a_transformer():
     assert_close(out, model(tokens))
 
 
-class MyLeaf(torch.nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-3) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.weight / (x.abs().mean(-1, keepdim=True) + self.eps)
-
-
 class UsesMyLeaf(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -251,19 +242,7 @@ def test_model_without_externalization_lowers_with_the_backend_fix_alone():
     assert_close(out, model(x))
 
 
-class SplitBySort(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.n1 = RMSNorm(16)
-        self.lin = torch.nn.Linear(16, 16)
-        self.n2 = RMSNorm(16)
-        self.n3 = RMSNorm(16)
 
-    def head(self, x: torch.Tensor) -> torch.Tensor:
-        return self.n2(self.lin(self.n1(x)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.n3(torch.sort(self.head(x), dim=-1).values)
 
 
 def test_graph_split_by_an_unsupported_op_yields_two_assets_each_with_its_own_composites():

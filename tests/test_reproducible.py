@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -11,6 +13,8 @@ from pathlib import Path
 import torch
 
 from coreai_partitioner.testing import assert_lowers_and_matches
+
+pytestmark = pytest.mark.slow
 
 BUILD = textwrap.dedent(
     """

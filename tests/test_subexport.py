@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
+
 import re
 
 import torch
 from helpers import asset_ir, export_fn, externalize, lower, to_pte
-from test_lowering import MyLeaf
+from helpers import MyLeaf
 from tiny_transformer import TinyTransformer
 
 from coreai_partitioner import ExternalizeSpec, default_specs, externalize_modules, verify
 from coreai_partitioner.fake import memoized
 from coreai_torch.composite_ops import RMSNorm
 
-torch.manual_seed(0)
 LEAF = ExternalizeSpec(MyLeaf, composite_op_name="my_leaf", composite_attrs=["eps"])
 
 
@@ -24,6 +25,7 @@ def normalized(ir: str) -> str:
     return re.sub(r"\{-#.*", "", ir, flags=re.S)
 
 
+@pytest.mark.slow
 def test_identical_call_sites_are_exported_once_with_the_same_ir_and_numerics():
     model = TinyTransformer(layers=3, dim=32, heads=4).eval()
     tokens = torch.randint(0, 128, (1, 8), dtype=torch.int32)
@@ -54,6 +56,7 @@ class TwoLeaves(torch.nn.Module):
         return self.b(torch.tanh(self.a(x)))
 
 
+@pytest.mark.slow
 def test_shared_export_binds_each_call_site_to_its_own_instances_weights():
     model = TwoLeaves().eval()
     x = torch.randn(2, 3, 16)
@@ -113,6 +116,7 @@ def unshareable_pairs():
     }
 
 
+@pytest.mark.slow
 def test_modules_with_state_outside_the_key_are_never_shared():
     x = torch.randn(2, 3, 16)
     for reason in ("tensor attribute", "list attribute"):
@@ -142,6 +146,7 @@ def test_call_site_key_refuses_instance_forwards_hooks_and_unknown_attributes():
         assert call_site_key(prep(pair.second)) is None, reason
 
 
+@pytest.mark.slow
 def test_one_instance_with_two_shapes_is_exported_twice():
     class Shapes(torch.nn.Module):
         def __init__(self) -> None:

@@ -1,0 +1,126 @@
+"""The common case in one call: export with composites, lower, write the ``.pte``.
+
+    from coreai_partitioner import lower, save_pte
+    lowered = lower(model, (tokens,))              # externalize_modules + to_edge_transform_and_lower
+    save_pte(lowered, "model.pte")                 # to_executorch + write_to_file, atomically
+
+Everything here is the public API composed the way the README's "Use"
+section spells it out; reach for the pieces when a step needs changing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from ._compat import ExternalizeSpec, get_default_compile_config, get_default_passes
+from .externalize import ExternalizedModules, externalize_modules
+from .partitioner import CoreAIPartitioner
+from .specs import default_specs
+
+#: A program ready to lower: what :func:`export_with_composites` returns.
+Exported = tuple[ExportedProgram, ExternalizedModules]
+
+
+def export_with_composites(
+    model: torch.nn.Module,
+    sample: Sequence[Any],
+    *,
+    specs: Sequence[type | ExternalizeSpec] | None = None,
+    dynamic_shapes: Any = None,
+) -> Exported:
+    """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
+
+    ``specs`` defaults to :func:`default_specs`; ``dynamic_shapes`` is
+    ``torch.export.export``'s.  Returns the program and its records.
+    """
+    from coreai_torch import get_decomp_table
+
+    sample = tuple(sample)
+
+    def export_fn(module: torch.nn.Module) -> ExportedProgram:
+        with torch.no_grad():
+            program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
+        return program.run_decompositions(get_decomp_table())
+
+    return externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
+
+
+def lower_exported(
+    programs: Exported | Mapping[str, Exported],
+    *,
+    transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
+    constant_methods: Mapping[str, Any] | None = None,
+    **partitioner_options: Any,
+) -> Any:
+    """``to_edge_transform_and_lower`` with one :class:`CoreAIPartitioner` per method.
+
+    ``programs`` is one ``(program, records)`` pair (the method ``forward``)
+    or ``{method: (program, records)}``.  ``transform`` runs on each program
+    before lowering (quantization, say); records stay valid, since call sites
+    are found by op target.  Returns the ``EdgeProgramManager``.
+    """
+    from executorch.exir import to_edge_transform_and_lower
+
+    if isinstance(programs, tuple):
+        programs = {"forward": programs}
+    exported = {name: program for name, (program, _) in programs.items()}
+    if transform is not None:
+        exported = {name: transform(program) for name, program in exported.items()}
+    return to_edge_transform_and_lower(
+        exported,
+        partitioner={
+            name: [CoreAIPartitioner(externalized_modules=records, **partitioner_options)]
+            for name, (_, records) in programs.items()
+        },
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+        constant_methods=dict(constant_methods) if constant_methods else None,
+    )
+
+
+def lower(
+    model: torch.nn.Module,
+    sample: Sequence[Any],
+    *,
+    specs: Sequence[type | ExternalizeSpec] | None = None,
+    dynamic_shapes: Any = None,
+    transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
+    constant_methods: Mapping[str, Any] | None = None,
+    **partitioner_options: Any,
+) -> Any:
+    """Export ``model`` on ``sample`` with its composites and lower it for Core AI.
+
+    :func:`export_with_composites` then :func:`lower_exported`; the options of
+    both, and every :class:`CoreAIPartitioner` option.  Returns the
+    ``EdgeProgramManager`` (``.to_executorch()``, or :func:`save_pte`).
+    """
+    exported = export_with_composites(model, sample, specs=specs, dynamic_shapes=dynamic_shapes)
+    return lower_exported(exported, transform=transform, constant_methods=constant_methods, **partitioner_options)
+
+
+def save_pte(lowered: Any, path: str | os.PathLike) -> Path:
+    """Write the ``.pte`` of ``lowered`` (an ``EdgeProgramManager`` or its ``to_executorch()``).
+
+    Streams with ``write_to_file`` (``program.buffer`` would hold one more
+    copy of the weights in memory) into a temporary file beside ``path``, then
+    renames it into place: a failure never leaves a half-written ``.pte``.
+    Returns the path.
+    """
+    program = lowered.to_executorch() if hasattr(lowered, "to_executorch") else lowered
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            program.write_to_file(file)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path

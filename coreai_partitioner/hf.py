@@ -423,6 +423,12 @@ def lower_decoder(
     from .passes import get_default_passes
 
     check_supported(model)
+    if shapes.mode == "enumerated":
+        raise NotImplementedError(
+            "enumerated T is not lowered yet: torch.export gives the token dim the range "
+            f"[2, {shapes.prefill_chunk}] (the program guards T != 1), so T = 1 cannot be "
+            "enumerated; use mode='dynamic'"
+        )
     program, records = export_decoder(model, shapes, before_export=before_export)
     partitioner = CoreAIPartitioner(
         externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options

@@ -12,10 +12,9 @@ import logging
 from typing import Any
 
 import torch
-
-from . import _compat
 from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
 
+from . import _compat
 from .call_sites import externalized_op_name
 
 logger = logging.getLogger("coreai_partitioner.partitioner")
@@ -74,7 +73,6 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
                     "(get_default_passes() narrows only 64-bit graph inputs)"
                 )
         return None
-
 
     def _supports_symbolic(self, node: torch.fx.Node) -> bool:
         """An op over a symbolic shape (a view or expand over an LLM's token count ``T``, ``sym_size``).

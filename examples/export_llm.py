@@ -1,13 +1,19 @@
-"""Export a Hugging Face decoder-only LLM (Llama, Qwen2, Qwen3, Mistral) to a .pte with Core AI composites.
+"""Export a Hugging Face decoder-only LLM (Llama, Qwen2, Qwen3, Mistral) to a .pte for ExecuTorch's LLM runner.
 
-    python examples/export_llm.py --config qwen3 --verify
-    python examples/export_llm.py --checkpoint path/to/local/hf/checkpoint --dtype fp16 --out model.pte
+    python examples/export_llm.py --config qwen3 --verify --generate "Hello"
+    python examples/export_llm.py --checkpoint path/to/local/hf/checkpoint --dtype fp16 --out out/model.pte
+    python examples/export_llm.py --config llama --shapes enumerated      # static shapes, for the Neural Engine
 
-The .pte has two methods: ``prefill`` (a forward over the prompt, no cache) and
-``decode`` (one token over a static KV cache held in buffers the Core AI
-delegate takes over).  RMSNorm, attention and RoPE run as Core AI composites.
-Models come from a tiny built-in config with random weights unless
-``--checkpoint`` names a local checkpoint directory (nothing is downloaded).
+The .pte has one method, ``forward(tokens [1, T], input_pos [T]) -> logits``,
+over a static KV cache the Core AI delegate owns as state: a prompt of up to
+``--prefill-chunk`` tokens is one call, a decode step is ``T = 1``.  The whole
+step (embedding, decoder, lm_head; RMSNorm, attention and RoPE as Core AI
+composites) is one delegate, with one copy of the weights, plus the metadata
+methods ExecuTorch's ``TextLLMRunner`` reads.  ``tokenizer.json`` is written
+beside the .pte (the checkpoint's, or a byte-level one for the tiny configs).
+``--shapes dynamic`` exports ``T`` as a dimension (GPU and CPU); ``--shapes
+enumerated`` compiles ``T`` in {1, chunk} as entrypoints of one asset sharing
+the weights (the Neural Engine needs static shapes).  Nothing is downloaded.
 Needs the hf extra: ``pip install -e '.[hf]'``.
 """
 
@@ -15,44 +21,36 @@ from __future__ import annotations
 
 import argparse
 import logging
-import tempfile
+import shutil
 import time
 import warnings
-from collections import Counter
 from pathlib import Path
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", message="coreai-torch has only been validated")
 
 import torch  # noqa: E402
-from coreai_torch import get_decomp_table  # noqa: E402
-from executorch.exir import to_edge_transform_and_lower  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from coreai_partitioner import (  # noqa: E402
-    CoreAIPartitioner,
-    default_specs,
-    externalize_modules,
-    get_default_compile_config,
-    get_default_passes,
-    hf,
-    verify,
-)
-from coreai_partitioner.assets import asset_ir, summarize_ir  # noqa: E402
+from coreai_partitioner import hf, verify  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
 
 def load_model(args: argparse.Namespace) -> torch.nn.Module:
-    if args.checkpoint:
-        from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    if args.checkpoint:
+        config = AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
+        if config.model_type not in hf.SUPPORTED:
+            raise SystemExit(
+                f"{args.checkpoint} is a {config.model_type!r} checkpoint; this example exports "
+                f"{', '.join(hf.SUPPORTED)} (coreai_partitioner.hf.SUPPORTED)"
+            )
         return AutoModelForCausalLM.from_pretrained(
             args.checkpoint, torch_dtype=DTYPES[args.dtype], local_files_only=True
         ).eval()
-    from transformers import AutoModelForCausalLM
-
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(hf.tiny_config(args.config)).to(DTYPES[args.dtype]).eval()
 
@@ -67,112 +65,138 @@ def quantize_int8(model: torch.nn.Module) -> None:
     PostTrainingQuantizer(model, config).compress(inplace=True)
 
 
-def export_llm(model: torch.nn.Module, args: argparse.Namespace, phases: dict, bar: tqdm):
-    """Externalize and lower prefill and decode; returns the lowered program."""
-    prompt = torch.zeros(1, args.prefill_len, dtype=torch.long)
-    step = (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
-    quantized = []
+def byte_tokenizer(model: torch.nn.Module):
+    """A character tokenizer over the tiny configs' 256-token vocabulary.
 
-    def export(module: torch.nn.Module, sample: tuple) -> torch.export.ExportedProgram:
-        if args.quantize == "int8" and not quantized:
-            quantize_int8(model)  # after coreai-torch patched the composites, before export
-            quantized.append(True)
-        with torch.no_grad():
-            return torch.export.export(module, sample).run_decompositions(get_decomp_table())
+    Token ``i`` is one printable character (ASCII as itself, the rest from
+    U+0100 on), so any token sequence decodes to valid UTF-8: a random model's
+    output stays printable through the runner's text callback.
+    """
+    from tokenizers import Tokenizer, models
 
-    programs, records = {}, {}
-    with hf.coreai_composites(model) as swaps:
-        bar.write(f"swapped: {swaps}")
-        for name, module, sample in (
-            ("prefill", hf.PrefillProgram(model), (prompt,)),
-            ("decode", hf.StaticCacheDecoder(model, args.max_seq_len), step),
-        ):
-            bar.set_description(f"externalize {name}")
-            start = time.perf_counter()
-            programs[name], records[name] = externalize_modules(
-                module.eval(), default_specs(), export_fn=lambda m, sample=sample: export(m, sample)
-            )
-            phases[f"externalize {name}"] = time.perf_counter() - start
-            bar.update()
-    bar.set_description("lower")
-    start = time.perf_counter()
-    lowered = to_edge_transform_and_lower(
-        programs,
-        partitioner={name: [CoreAIPartitioner(externalized_modules=r)] for name, r in records.items()},
-        compile_config=get_default_compile_config(),
-        transform_passes=get_default_passes(),
-    )
-    phases["lower"] = time.perf_counter() - start
-    bar.update()
-    return lowered
+    characters = [chr(i) if 32 <= i < 127 else chr(0x100 + i) for i in range(256)]
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(characters)}, merges=[], unk_token=characters[0]))
+    config = model.config
+    tokenizer.add_special_tokens([characters[i] for i in (config.bos_token_id, config.eos_token_id) if i is not None])
+    return tokenizer
 
 
-def summarize(model: torch.nn.Module, path: Path, phases: dict) -> None:
-    pte = read_pte(path)
-    print(f"\n{type(model).__name__}: {model.config.num_hidden_layers} layer(s), {model.dtype} -> {path}")
-    with tempfile.TemporaryDirectory() as directory:
-        for method in pte.methods:
-            delegates = [d for d in pte.delegates if d.method == method]
-            composites: Counter[str] = Counter()
-            for delegate in delegates:
-                composites.update(summarize_ir(asset_ir(delegate.asset_path(directory))).composites())
-            listed = ", ".join(f"{n} x{c}" for n, c in sorted(composites.items()))
-            print(f"  {method}: {len(delegates)} Core AI delegate(s); composites: {listed}")
-    print(f"  .pte size: {pte.size:,} bytes")
-    print("  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items()))
+def write_tokenizer(model: torch.nn.Module, args: argparse.Namespace) -> Path:
+    path = args.out.parent / "tokenizer.json"
+    if args.checkpoint:
+        source = args.checkpoint / "tokenizer.json"
+        if not source.exists():
+            raise SystemExit(f"{args.checkpoint} has no tokenizer.json; ExecuTorch's LLM runner needs one")
+        if source.resolve() != path.resolve():
+            shutil.copyfile(source, path)
+    else:
+        byte_tokenizer(model).save(str(path))
+    return path
 
 
-def check(model: torch.nn.Module, lowered, args: argparse.Namespace) -> bool:
-    """Prefill logits and an 8-token greedy decode against HF eager (the original modules)."""
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's parameters, a tied embedding counted once."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def check(model: torch.nn.Module, pte: Path, shapes: hf.DecoderShapes) -> bool:
+    """A one-call prefill's logits against HF eager, and 8 greedy tokens against ``generate``, from the .pte."""
     generator = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, model.config.vocab_size, (1, args.prefill_len), generator=generator)
+    length = min(shapes.prefill_chunk, 8 if shapes.mode == "dynamic" else shapes.prefill_chunk)
+    prompt = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
     with torch.no_grad():
         expected = model(prompt).logits
-    report = verify.check(lowered, expected, prompt, method="prefill")
-    print(f"\nprefill vs Hugging Face eager:\n{report}")
-    tokens = prompt[0, :4].tolist()
-    got = hf.greedy_decode(lowered, tokens, 8)
+    verify.reset_state(pte)
+    report = verify.check(pte, expected, prompt, torch.arange(length))
+    print(f"\none-call prefill of {length} tokens vs Hugging Face eager:\n{report}")
+    start = prompt[0, : min(5, length)].tolist()
+    got = hf.greedy_decode(pte, start, 8, shapes)
     with torch.no_grad():
-        wanted = model.generate(torch.tensor([tokens]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
-    print(f"\ngreedy decode, 8 tokens:\n  Core AI : {got}\n  HF eager: {wanted}\n  {'same' if got == wanted else 'DIFFERENT'}")
-    return report.ok and got == wanted
+        wanted = model.generate(torch.tensor([start]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
+    same = got == wanted[: len(got)] and len(got) >= len(wanted)
+    print(f"\ngreedy, 8 tokens:\n  .pte    : {got}\n  HF eager: {wanted}\n  {'same' if same else 'DIFFERENT'}")
+    return report.ok and same
+
+
+def generate(pte: Path, tokenizer: Path, prompt: str, new_tokens: int) -> None:
+    """Run ExecuTorch's own TextLLMRunner on the .pte, Core AI delegates on the host backend."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    from coreai_partitioner import load_runtime_backend
+
+    load_runtime_backend()
+    runner = TextLLMRunner(str(pte), str(tokenizer))
+    pieces: list[str] = []
+    stats = []
+    config = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False)
+    runner.generate(prompt, config, token_callback=pieces.append, stats_callback=stats.append)
+    print(f"\nTextLLMRunner: {prompt!r} -> {''.join(pieces)!r}")
+    if stats:
+        s = stats[-1]
+        decode_ms = s.inference_end_ms - s.prompt_eval_end_ms
+        print(
+            f"  prompt {s.num_prompt_tokens} token(s) in {s.prompt_eval_end_ms - s.inference_start_ms} ms; "
+            f"{s.num_generated_tokens} generated, "
+            f"{1000 * max(s.num_generated_tokens - 1, 0) / max(decode_ms, 1):.1f} tokens/s"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--config", choices=("llama", "qwen2", "qwen3"), default="llama")
+    source.add_argument("--config", choices=("llama", "qwen2", "qwen3", "mistral"), default="llama")
     source.add_argument("--checkpoint", type=Path, help="a local Hugging Face checkpoint directory")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32")
-    parser.add_argument("--max-seq-len", type=int, default=64, help="static KV cache length of decode")
-    parser.add_argument("--prefill-len", type=int, default=16, help="prompt length of prefill")
+    parser.add_argument("--max-context-len", type=int, default=128, help="KV cache length (prompt + generated)")
+    parser.add_argument("--prefill-chunk", type=int, default=32, help="most tokens one forward call takes")
+    parser.add_argument("--shapes", choices=hf.SHAPE_MODES, default="dynamic")
     parser.add_argument("--quantize", choices=("int8",), help="weight-only quantization")
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
-    parser.add_argument("--verify", action="store_true", help="check against HF eager on the Core AI runtime")
+    parser.add_argument("--verify", action="store_true", help="check the .pte against HF eager")
+    parser.add_argument("--generate", metavar="PROMPT", help="run ExecuTorch's TextLLMRunner on the .pte")
+    parser.add_argument("--new-tokens", type=int, default=16)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    shapes = hf.DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
 
     phases: dict[str, float] = {}
-    with tqdm(total=5 if args.verify else 4, unit="phase") as bar:
+    with tqdm(total=3, unit="phase") as bar:
         bar.set_description("load model")
         start = time.perf_counter()
         model = load_model(args)
         phases["load"] = time.perf_counter() - start
-        lowered = export_llm(model, args, phases, bar)
+        bar.update()
+        bar.set_description("export and lower")
+        start = time.perf_counter()
+        before_export = (lambda: quantize_int8(model)) if args.quantize == "int8" else None
+        lowered = hf.lower_decoder(model, shapes, before_export=before_export)
+        phases["export and lower"] = time.perf_counter() - start
+        bar.update()
         bar.set_description("serialize")
         start = time.perf_counter()
-        with open(args.out, "wb") as file:
+        partial = args.out.with_suffix(args.out.suffix + ".partial")
+        with open(partial, "wb") as file:
             lowered.to_executorch().write_to_file(file)
+        partial.replace(args.out)
+        del lowered
         phases["serialize"] = time.perf_counter() - start
         bar.update()
-        ok = True
-        if args.verify:
-            bar.set_description("verify")
-            start = time.perf_counter()
-            ok = check(model, lowered, args)
-            phases["verify"] = time.perf_counter() - start
-            bar.update()
-    summarize(model, args.out, phases)
+    tokenizer = write_tokenizer(model, args)
+
+    pte = read_pte(args.out)
+    weights = weight_bytes(model)
+    delegates = [d for d in pte.delegates if d.method == "forward"]
+    print(f"\n{type(model).__name__}: {model.config.num_hidden_layers} layer(s), {model.dtype} -> {args.out}, {tokenizer}")
+    print(f"  methods: {', '.join(pte.methods)}")
+    print(f"  forward: {len(delegates)} Core AI delegate(s); T {shapes.mode} up to {shapes.prefill_chunk}, context {shapes.max_context_len}")
+    print(f"  .pte {pte.size:,} bytes, weights {weights:,} bytes ({pte.size / weights:.3f}x)")
+    print("  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items()))
+    ok = True
+    if args.verify:
+        ok = check(model, args.out, shapes)
+    if args.generate is not None:
+        generate(args.out, tokenizer, args.generate, args.new_tokens)
     raise SystemExit(0 if ok else 1)
 
 

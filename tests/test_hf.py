@@ -70,23 +70,6 @@ def test_prefill_keeps_composites_and_matches_hf_eager(kind, dtype, norms):
     report.raise_for_mismatch()
 
 
-def test_greedy_decode_through_the_static_cache_program_gives_hf_eager_tokens():
-    model = tiny("llama")
-    step = (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
-    with hf.coreai_composites(model):
-        decoder = hf.StaticCacheDecoder(model, max_cache_len=32)
-        ep, records = export(decoder, *step)
-    assert ep.graph_signature.buffers_to_mutate  # the KV cache is state
-    lowered = lower(ep, records)
-
-    start = prompt(model)[0, :4].tolist()
-    got = hf.greedy_decode(lowered, start, 8, method="forward")
-    with torch.no_grad():
-        wanted = model.generate(torch.tensor([start]), max_new_tokens=8, do_sample=False, pad_token_id=0)
-    assert got == wanted[0].tolist()
-    assert len(got) == len(start) + 8
-
-
 def test_int8_weights_lower_and_match_the_quantized_eager_model():
     from coremltools.optimize.torch.quantization import PostTrainingQuantizer, PostTrainingQuantizerConfig
 

@@ -1,0 +1,280 @@
+"""Per-phase time and peak RSS of the LLM export (hf.lower_decoder), or of coreai-torch's one-shot conversion.
+
+    python benchmarks/memory_profile.py --layers 4                  # Qwen3-0.6B width, 4 layers, fp16
+    python benchmarks/memory_profile.py --layers 28 --oneshot       # coreai-torch one shot, same model
+    python benchmarks/memory_profile.py --checkpoint DIR --summary  # a local checkpoint; also time a .pte summary
+
+The model is the Qwen3-0.6B shape (vocab 151,936, d 1024, 16 heads, 8 KV
+heads, head_dim 128, intermediate 3072, tied embeddings) with random weights,
+saved once under ``--cache-dir`` and loaded back with ``from_pretrained`` as a
+user would (nothing is downloaded).  Peak RSS per phase is exact: it comes
+from the kernel's high-water mark (``VmHWM``), reset at every phase boundary
+through ``/proc/self/clear_refs``, not from sampling, so peaks inside C++ code
+are seen.  Phases nest: functions inside ExecuTorch, this plugin and
+coreai-torch are wrapped, and repeated calls are merged (``xN``).  "extra/w"
+is peak RSS above the loaded model (weights paged in), over the weights.
+Run one size per process; the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import os
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+warnings.filterwarnings("ignore")
+GB = 1 << 30
+
+QWEN3_06B = dict(
+    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_attention_heads=16,
+    num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+)
+
+#: (module, attribute, label): functions timed as nested phases when they exist.
+PHASES = (
+    ("executorch.exir.program._program", "_gen_edge_manager_for_partitioners", "to_edge"),
+    ("executorch.exir.program._program:EdgeProgramManager", "transform", "transform passes"),
+    ("executorch.exir.program._program:EdgeProgramManager", "to_backend", "to_backend"),
+    ("executorch.exir.backend.backend_api", "get_fake_program", "fake program"),
+    ("coreai_partitioner:CoreAIPartitioner", "partition", "partition"),
+    ("executorch.exir.backend.backend_api", "_create_partitions", "create partitions"),
+    ("executorch.exir.backend.backend_api", "lower_all_submodules_to_backend", "lower delegates"),
+    ("coreai_partitioner.backends.apple_coreai.preprocess:CoreAICompositeBackend", "preprocess", "preprocess"),
+    ("coreai_partitioner.backends.apple_coreai.preprocess", "convert", "convert (coreai-torch)"),
+    ("coreai_torch.converter:TorchConverter", "_perform_externalization", "composite graphs"),
+    ("coreai_torch.converter:TorchConverter", "_get_graph_op", "main graph"),
+    ("coreai_partitioner._upstream", "write_program", "serialize IR (coreai-core)"),
+    ("coreai_partitioner._upstream", "finish_asset", "hash asset"),
+    ("coreai_partitioner._upstream", "deliver_inline", "deliver into named data"),
+    ("coreai_partitioner._compat", "deliver", "deliver into named data"),
+    ("executorch.exir.program._program", "emit_program", "emit"),
+    ("executorch.exir.program._program", "serialize_for_executorch", "serialize"),
+)
+
+
+def _status() -> tuple[int, int]:
+    fields = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields["VmRSS"], fields["VmHWM"]
+
+
+@dataclass
+class Span:
+    label: str
+    depth: int
+    start: float
+    rss_before: int
+    end: float = 0.0
+    rss_after: int = 0
+    peak: int = 0
+    calls: int = 1
+    children: dict = field(default_factory=dict)
+
+
+class Profile:
+    """Nested phases with time, RSS before/after and exact peak RSS."""
+
+    def __init__(self) -> None:
+        self.root = Span("", -1, 0.0, 0)
+        self._stack = [self.root]
+        self.peak = 0
+
+    def _fold(self) -> int:
+        rss, hwm = _status()
+        for span in self._stack:
+            span.peak = max(span.peak, hwm)
+        self.peak = max(self.peak, hwm)
+        Path("/proc/self/clear_refs").write_text("5")
+        return rss
+
+    @contextlib.contextmanager
+    def phase(self, label: str):
+        rss = self._fold()
+        parent = self._stack[-1]
+        span = parent.children.get(label)
+        if span is None:
+            span = parent.children[label] = Span(label, parent.depth + 1, 0.0, rss, peak=rss, calls=0)
+        span.calls += 1
+        start = time.perf_counter()
+        self._stack.append(span)
+        try:
+            yield span
+        finally:
+            span.rss_after = self._fold()
+            span.end += time.perf_counter() - start
+            self._stack.pop()
+
+    def wrap(self, where: str, attr: str, label: str) -> None:
+        module_name, _, class_name = where.partition(":")
+        try:
+            owner = importlib.import_module(module_name)
+            owner = getattr(owner, class_name) if class_name else owner
+            raw = owner.__dict__[attr] if class_name else getattr(owner, attr)
+        except (ImportError, AttributeError, KeyError):
+            return  # not in this version
+        kind = type(raw) if isinstance(raw, (staticmethod, classmethod)) else None
+        func = raw.__func__ if kind else raw
+
+        @functools.wraps(func)
+        def timed(*args, **kwargs):
+            with self.phase(label):
+                return func(*args, **kwargs)
+
+        setattr(owner, attr, kind(timed) if kind else timed)
+
+    def table(self, weights: int, baseline: int) -> str:
+        rows = [("phase", "s", "RSS before GB", "RSS after GB", "peak GB", "extra/w")]
+
+        def walk(span: Span) -> None:
+            for child in span.children.values():
+                label = "  " * child.depth + child.label + (f" x{child.calls}" if child.calls > 1 else "")
+                rows.append((label, f"{child.end:.1f}", f"{child.rss_before / GB:.2f}", f"{child.rss_after / GB:.2f}",
+                             f"{child.peak / GB:.2f}", f"{max(0, child.peak - baseline) / weights:.2f}x"))
+                walk(child)
+
+        walk(self.root)
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                 for row in rows]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+
+def make_checkpoint(layers: int, cache_dir: Path) -> Path:
+    """The Qwen3-0.6B shape with ``layers`` layers, random fp16 weights, saved once."""
+    path = cache_dir / f"qwen3-0.6b-shape-{layers}l-fp16"
+    if (path / "config.json").exists():
+        return path
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(num_hidden_layers=layers, **QWEN3_06B)
+    transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16).save_pretrained(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--checkpoint", type=Path, help="a local HF checkpoint instead of the Qwen3-0.6B shape")
+    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "coreai_memory_profile")
+    parser.add_argument("--max-context-len", type=int, default=64)
+    parser.add_argument("--prefill-chunk", type=int, default=32, help="most tokens per forward call (T)")
+    parser.add_argument("--oneshot", action="store_true", help="coreai-torch's one-shot conversion instead")
+    parser.add_argument("--summary", action="store_true", help="also read the .pte back and summarize its assets")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    started = time.perf_counter()
+    profile = Profile()
+    with profile.phase("import"):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from coreai_partitioner import hf
+    for where, attr, label in PHASES:
+        profile.wrap(where, attr, label)
+
+    checkpoint = args.checkpoint or make_checkpoint(args.layers, args.cache_dir)
+    with profile.phase("load"):
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float16, local_files_only=True).eval()
+    tensors = {t.data_ptr(): t for t in model.state_dict().values()}  # tied weights once
+    weights = sum(t.numel() * t.element_size() for t in tensors.values())
+    with profile.phase("page in weights"):  # safetensors are mmap'd: count them in the baseline
+        for tensor in tensors.values():
+            float(tensor.reshape(-1).view(torch.uint8)[::4096].sum())
+    baseline = _status()[0]
+    shapes = hf.DecoderShapes(max_context_len=args.max_context_len, prefill_chunk=args.prefill_chunk)
+    out = args.out or Path(tempfile.gettempdir()) / f"memory_profile_{os.getpid()}.pte"
+
+    if args.oneshot:
+        from coreai_torch import TorchConverter, get_decomp_table
+
+        from coreai_partitioner import default_specs
+
+        sample = (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
+
+        def export_fn(module):
+            with torch.no_grad():
+                return torch.export.export(module, sample).run_decompositions(get_decomp_table())
+
+        with hf.coreai_composites(model):
+            decoder = hf.StaticCacheDecoder(model, args.max_context_len).eval()
+            with profile.phase("oneshot: export + externalize"):
+                converter = TorchConverter().add_pytorch_module(
+                    decoder, export_fn=export_fn, externalize_modules=default_specs()
+                )
+            with profile.phase("oneshot: to_coreai"):
+                program = converter.to_coreai()
+            with profile.phase("oneshot: save_asset"):
+                import shutil
+
+                out = out.with_suffix(".aimodel")
+                shutil.rmtree(out, ignore_errors=True)
+                program.save_asset(str(out))
+        size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    else:
+        with profile.phase("export + externalize"):
+            program, records = hf.export_decoder(model, shapes)
+        from executorch.exir import to_edge_transform_and_lower
+
+        from coreai_partitioner import CoreAIPartitioner, get_default_compile_config
+        from coreai_partitioner.passes import get_default_passes
+
+        with profile.phase("to_edge_transform_and_lower"):
+            lowered = to_edge_transform_and_lower(
+                program,
+                partitioner=[CoreAIPartitioner(externalized_modules=records,
+                                               input_enumerations=shapes.input_enumerations())],
+                compile_config=get_default_compile_config(),
+                transform_passes=get_default_passes(),
+                constant_methods=hf.runner_metadata(model, shapes),
+            )
+        del program
+        with profile.phase("to_executorch"):
+            executorch_program = lowered.to_executorch()
+        with profile.phase("write_to_file"):
+            with open(out, "wb") as file:
+                executorch_program.write_to_file(file)
+        with profile.phase("release"):
+            del executorch_program, lowered
+        size = out.stat().st_size
+        if args.summary:
+            from coreai_partitioner.assets import asset_ir, summarize_ir
+            from coreai_partitioner.pte import read_pte
+
+            with profile.phase("summary"):
+                with profile.phase("read_pte"):
+                    pte = read_pte(out)
+                with tempfile.TemporaryDirectory() as directory:
+                    for delegate in pte.coreai_delegates():
+                        with profile.phase("write asset"):
+                            path = delegate.asset_path(directory)
+                        with profile.phase("load + print IR (coreai-core)"):
+                            ir = asset_ir(path)
+                        with profile.phase("summarize IR"):
+                            summarize_ir(ir)
+                        del ir
+
+    print(f"\n{checkpoint.name}: {weights / GB:.3f} GB of weights, {'coreai-torch one shot' if args.oneshot else 'plugin'}")
+    print(f"RSS with the model loaded {baseline / GB:.2f} GB; peak {profile.peak / GB:.2f} GB; "
+          f"extra peak {(profile.peak - baseline) / weights:.2f}x the weights; "
+          f"output {size / GB:.3f} GB; {time.perf_counter() - started:.1f} s\n")
+    print(profile.table(weights, baseline))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -74,7 +74,7 @@ BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
 
 _SOURCES = ("CoreAIHostBackend.cpp", "Manifest.h", "coreai_host_abi.h")
 _MAX_RANK = 16
-_ABI_VERSION = 1
+_ABI_VERSION = 2
 
 
 class BuildError(RuntimeError):
@@ -181,6 +181,7 @@ class _Tensor(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("rank", ctypes.c_int32),
         ("sizes", ctypes.c_int64 * _MAX_RANK),
+        ("strides", ctypes.c_int64 * _MAX_RANK),
     ]
 
 
@@ -394,7 +395,13 @@ def _run(
             dtype = delegate.input_dtypes[i]
             if tensor.nbytes:
                 buffer = (ctypes.c_char * tensor.nbytes).from_address(tensor.data)
-                arrays[name] = np.frombuffer(buffer, dtype=dtype).reshape(shape)
+                array = np.frombuffer(buffer, dtype=dtype)
+                strides = tuple(tensor.strides[: tensor.rank])
+                if strides == _contiguous_strides(shape):
+                    arrays[name] = array.reshape(shape)
+                else:  # the input follows a non-default dim order
+                    step = dtype.itemsize
+                    arrays[name] = np.lib.stride_tricks.as_strided(array, shape, tuple(s * step for s in strides))
             else:
                 arrays[name] = np.empty(shape, dtype=dtype)
         results = asset(arrays, delegate.state)
@@ -411,6 +418,14 @@ def _run(
     except BaseException as e:  # noqa: BLE001
         _report(e, error, capacity)
         return 1
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _release(delegate_id: int) -> None:

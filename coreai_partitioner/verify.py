@@ -190,15 +190,15 @@ def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir
 # ---------------------------------------------------------------- .pte files
 
 
-# Loaded programs by (.pte digest, sidecar directory); each holds its delegates' state.
-_programs: dict[tuple[str, str | None], Any] = {}
+# Loaded programs by .pte digest; each holds its delegates' compiled assets and state.
+_programs: dict[str, Any] = {}
 
 
 def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
     """Run a method of a ``.pte`` in ExecuTorch's runtime, Core AI delegates on the host backend."""
     from . import host_runtime
 
-    key = (hashlib.sha256(data).hexdigest(), None if sidecar_dir is None else str(sidecar_dir))
+    key = hashlib.sha256(data).hexdigest()
     program = _programs.get(key)
     if program is None:
         try:
@@ -262,8 +262,7 @@ def reset_state(program: Any = None) -> None:
         # Dropping the loaded program destroys its delegates and their state; the next run reloads it.
         data = bytes(program) if not isinstance(program, (str, os.PathLike)) else Path(program).read_bytes()
         digest = hashlib.sha256(data).hexdigest()
-        for key in [k for k in _programs if k[0] == digest]:
-            del _programs[key]
+        _programs.pop(digest, None)
         return
     from executorch.exir.lowered_backend_module import get_lowered_backend_modules
 

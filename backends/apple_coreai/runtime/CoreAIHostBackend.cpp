@@ -23,6 +23,7 @@
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/platform/log.h>
 
@@ -494,6 +495,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
         return Error::InvalidArgument;
       }
       out->sizes[d] = size;
+      out->strides[d] = tensor.strides()[d];
     }
     if (out->data == nullptr && out->nbytes > 0) {
       report("%s: input %zu has no data", name, index);
@@ -537,9 +539,35 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
       return Error::InvalidState;
     }
     if (result.nbytes > 0) {
-      std::memcpy(out.mutable_data_ptr(), result.data, static_cast<size_t>(result.nbytes));
+      if (executorch::runtime::is_contiguous_dim_order(out.dim_order().data(), out.dim())) {
+        std::memcpy(out.mutable_data_ptr(), result.data, static_cast<size_t>(result.nbytes));
+      } else {
+        copy_into_dim_order(static_cast<const char*>(result.data), out);
+      }
     }
     return Error::Ok;
+  }
+
+  // Copies a contiguous result into an output laid out in another dim order.
+  static void copy_into_dim_order(const char* source, Tensor out) {
+    const size_t element = out.element_size();
+    const ssize_t rank = out.dim();
+    char* destination = static_cast<char*>(out.mutable_data_ptr());
+    int64_t index[COREAI_HOST_MAX_RANK] = {0};
+    const ssize_t count = out.numel();
+    for (ssize_t n = 0; n < count; ++n) {
+      int64_t offset = 0;
+      for (ssize_t d = 0; d < rank; ++d) {
+        offset += index[d] * out.strides()[d];
+      }
+      std::memcpy(destination + offset * element, source + n * element, element);
+      for (ssize_t d = rank - 1; d >= 0; --d) {
+        if (++index[d] < out.size(d)) {
+          break;
+        }
+        index[d] = 0;
+      }
+    }
   }
 };
 

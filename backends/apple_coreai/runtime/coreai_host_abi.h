@@ -15,16 +15,19 @@ extern "C" {
 #endif
 
 #define COREAI_HOST_MAX_RANK 16
-#define COREAI_HOST_ABI_VERSION 1
+#define COREAI_HOST_ABI_VERSION 2
 
 /* A tensor crossing the boundary.  dtype is an ExecuTorch ScalarType code.
- * In a delegate's signature, a size of -1 is a dynamic dimension. */
+ * In a delegate's signature, a size of -1 is a dynamic dimension.  strides
+ * (in elements) describe an input's layout, which follows its dim order;
+ * outputs come back contiguous and leave them unset. */
 typedef struct {
   void* data;
   int64_t nbytes;
   int32_t dtype;
   int32_t rank;
   int64_t sizes[COREAI_HOST_MAX_RANK];
+  int64_t strides[COREAI_HOST_MAX_RANK];
 } CoreAIHostTensor;
 
 /* One file of an inline asset: its path under <hash>/ and its bytes. */

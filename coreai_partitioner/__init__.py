@@ -44,11 +44,12 @@ the common case.
 """
 
 from . import _compat, verify
-from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config, get_default_passes
+from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config
 from .externalize import ExternalizedModules, externalize_modules
 from .lowering import export_with_composites, lower, lower_exported, save_pte
 from .host_runtime import load_runtime_backend
 from .partitioner import CoreAIPartitioner
+from .passes import get_default_passes
 from .specs import default_specs, spec_for
 
 __all__ = [

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from ._compat import ExternalizeSpec, get_default_compile_config, get_default_passes
+from ._compat import ExternalizeSpec, get_default_compile_config
 from .externalize import ExternalizedModules, externalize_modules
 from .partitioner import CoreAIPartitioner
+from .passes import get_default_passes
 from .specs import default_specs
 
 #: A program ready to lower: what :func:`export_with_composites` returns.

@@ -78,54 +78,20 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _describe_outputs(outputs: tuple[torch.Tensor, ...]) -> str:
-    lines = [f"{'output':>6}  {'shape':<18} {'dtype':<9} {'min':>11} {'max':>11} {'mean':>11}"]
+    from .describe import table
+
+    rows = []
     for index, output in enumerate(outputs):
         values = output.to(torch.float64)
-        lines.append(
-            f"{index:>6}  {str(tuple(output.shape)):<18} {str(output.dtype).replace('torch.', ''):<9} "
-            f"{float(values.min()):>11.4g} {float(values.max()):>11.4g} {float(values.mean()):>11.4g}"
+        rows.append(
+            [index, tuple(output.shape), str(output.dtype).replace("torch.", ""),
+             f"{float(values.min()):.4g}", f"{float(values.max()):.4g}", f"{float(values.mean()):.4g}"]
         )
-    return "\n".join(lines)
+    return table(rows, ["output", "shape", "dtype", "min", "max", "mean"])
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .assets import asset_ir, summarize_ir
-    from .pte import read_pte
+    from .describe import describe
 
-    contents = read_pte(args.pte)
-    sidecar_dir = args.sidecar_dir or args.pte.parent
-    print(f"{args.pte}: {contents.size:,} bytes, {len(contents.methods)} method(s)")
-    with tempfile.TemporaryDirectory() as directory:
-        for method in contents.methods:
-            plan = contents.plans[method]
-            count, calls = len(plan.instructions), len(plan.delegate_calls)
-            delegates = [d for d in contents.delegates if d.method == method]
-            print(f"method '{method}': {count} instruction(s), {calls} delegate call(s), {len(delegates)} delegate(s)")
-            for delegate in delegates:
-                _print_delegate(delegate, directory, sidecar_dir, asset_ir, summarize_ir)
+    print(describe(args.pte, sidecar_dir=args.sidecar_dir, graphs=True))
     return 0
-
-
-def _print_delegate(delegate: Any, directory: str, sidecar_dir: Path, asset_ir: Any, summarize_ir: Any) -> None:
-    size = f"{delegate.asset_bytes:,} bytes" if delegate.files else "asset outside the .pte"
-    print(f"  delegate {delegate.index}: {delegate.backend_id}, {delegate.packaging or 'not Core AI'}, {size}")
-    if not delegate.is_coreai:
-        return
-    try:
-        path = delegate.asset_path(directory, sidecar_dir=sidecar_dir)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"    ({error})")
-        return
-    summary = summarize_ir(asset_ir(path))
-    print(f"    graphs: {len(summary.graphs)} ({sum(g.noinline for g in summary.graphs)} noinline)")
-    for graph in summary.graphs:
-        flags = " noinline" if graph.noinline else ""
-        composite = f"  composite {graph.composite} {{{graph.composite_attrs or ''}}}" if graph.composite else ""
-        print(f"      @{graph.name}{flags}{composite}")
-    declared = sorted({(g.composite, g.composite_attrs or "") for g in summary.graphs if g.composite})
-    print(f"    composite declarations: {len(declared)}")
-    for name, attrs in declared:
-        print(f"      {name} {{{attrs}}}")
-    print(f"    coreai.invoke: {summary.invoke_count}")
-    for name, count in sorted(summary.composites().items()):
-        print(f"      {name}: {count} call site(s)")

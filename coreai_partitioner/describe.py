@@ -17,7 +17,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .assets import asset_ir, summarize_ir
+from .assets import AssetSummary, asset_ir, summarize_ir
 from .pte import Delegate, read_pte
 
 
@@ -26,40 +26,63 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
-def delegate_summary(delegate: Delegate, directory: str, sidecar_dir: Any = None) -> tuple[str, int, str]:
-    """``(composites as "name xN, ...", coreai.invoke count, note)`` of a Core AI delegate."""
-    if not delegate.is_coreai:
-        return "", 0, "not a Core AI delegate"
-    try:
-        path = delegate.asset_path(directory, sidecar_dir=sidecar_dir)
-    except (ValueError, FileNotFoundError) as error:
-        return "", 0, str(error)
-    summary = summarize_ir(asset_ir(path))
-    composites = ", ".join(f"{name} x{n}" for name, n in sorted(summary.composites().items()))
-    return composites or "none", summary.invoke_count, ""
+def describe(
+    pte: bytes | str | os.PathLike, *, sidecar_dir: str | os.PathLike | None = None, graphs: bool = False
+) -> str:
+    """The methods, delegates and composites of a serialized ``.pte`` (bytes or path), as tables.
 
-
-def describe(pte: bytes | str | os.PathLike, *, sidecar_dir: str | os.PathLike | None = None) -> str:
-    """The methods, delegates and composites of a serialized ``.pte`` (bytes or path), as tables."""
+    ``graphs=True`` adds, per Core AI delegate, its graphs (``noinline`` and
+    composite declarations with their attributes).  Sidecar assets are looked
+    for in ``sidecar_dir``, by default the ``.pte``'s directory.
+    """
     contents = read_pte(pte)
     if sidecar_dir is None and isinstance(pte, (str, os.PathLike)):
         sidecar_dir = os.path.dirname(os.fspath(pte)) or "."
-    rows = []
-    with tempfile.TemporaryDirectory() as directory:
-        for delegate in contents.delegates:
-            composites, invokes, note = delegate_summary(delegate, directory, sidecar_dir)
-            size = f"{delegate.asset_bytes:,}" if delegate.files else "outside the .pte"
-            rows.append(
-                [delegate.method, delegate.index, delegate.backend_id, delegate.packaging or "-", size, invokes, note or composites]
-            )
     methods = [
         [method, len(contents.plans[method].instructions), len(contents.plans[method].delegate_calls)]
         for method in contents.methods
     ]
+    rows, details = [], []
+    with tempfile.TemporaryDirectory() as directory:
+        for delegate in contents.delegates:
+            summary, note = _summary(delegate, directory, sidecar_dir)
+            composites = ", ".join(f"{name} x{n}" for name, n in sorted(summary.composites().items())) if summary else ""
+            rows.append(
+                [
+                    delegate.method,
+                    delegate.index,
+                    delegate.backend_id,
+                    delegate.packaging or "-",
+                    f"{delegate.asset_bytes:,}" if delegate.files else "outside the .pte",
+                    summary.invoke_count if summary else "-",
+                    note or composites or "none",
+                ]
+            )
+            if graphs and summary:
+                details.append(f"delegate {delegate.index} of '{delegate.method}':\n" + _graph_table(summary))
     return "\n\n".join(
         (
             f".pte: {contents.size:,} bytes, {len(contents.methods)} method(s)",
             table(methods, ["method", "instructions", "delegate calls"]),
             table(rows, ["method", "delegate", "backend", "packaging", "asset bytes", "coreai.invoke", "composites"]),
+            *details,
         )
     )
+
+
+def _summary(delegate: Delegate, directory: str, sidecar_dir: Any) -> tuple[AssetSummary | None, str]:
+    if not delegate.is_coreai:
+        return None, "not a Core AI delegate"
+    try:
+        return summarize_ir(asset_ir(delegate.asset_path(directory, sidecar_dir=sidecar_dir))), ""
+    except (ValueError, FileNotFoundError) as error:
+        return None, str(error)
+
+
+def _graph_table(summary: AssetSummary) -> str:
+    invokes = summary.invokes
+    rows = [
+        [graph.name, "noinline" if graph.noinline else "", graph.composite or "", graph.composite_attrs or "", invokes.get(graph.name, 0)]
+        for graph in summary.graphs
+    ]
+    return table(rows, ["graph", "", "composite", "attributes", "invoked"])

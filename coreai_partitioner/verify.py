@@ -321,14 +321,22 @@ class Report:
         return not self.note and all(o.ok for o in self.outputs)
 
     def __str__(self) -> str:
-        header = f"{'output':>6}  {'shape':<18} {'dtype':<9} {'max abs err':>11} {'max rel err':>11} {'rtol':>7} {'atol':>7}  result"
-        lines = [header, "-" * len(header)]
-        for o in self.outputs:
-            result = "ok" if o.ok else (o.note or f"MISMATCH ({o.mismatched} element(s) out of tolerance)")
-            lines.append(
-                f"{o.index:>6}  {str(tuple(o.shape)):<18} {str(o.dtype).replace('torch.', ''):<9} "
-                f"{o.max_abs_error:>11.3e} {o.max_rel_error:>11.3e} {o.rtol:>7.0e} {o.atol:>7.0e}  {result}"
-            )
+        from .describe import table
+
+        rows = [
+            [
+                o.index,
+                tuple(o.shape),
+                str(o.dtype).replace("torch.", ""),
+                f"{o.max_abs_error:.3e}",
+                f"{o.max_rel_error:.3e}",
+                f"{o.rtol:.0e}",
+                f"{o.atol:.0e}",
+                "ok" if o.ok else (o.note or f"MISMATCH ({o.mismatched} element(s) out of tolerance)"),
+            ]
+            for o in self.outputs
+        ]
+        lines = [table(rows, ["output", "shape", "dtype", "max abs err", "max rel err", "rtol", "atol", "result"])]
         if self.note:
             lines.append(self.note)
         lines.append("ok" if self.ok else "NOT OK")

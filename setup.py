@@ -36,7 +36,8 @@ setup(
         "coremltools==9.0",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6", "transformers==4.57.3"],
+        "test": ["pytest>=8", "hypothesis>=6", "transformers==4.57.3", "coreai-opt==0.4.0"],
+        "quantize": ["coreai-opt==0.4.0"],
         "hf": ["transformers==4.57.3"],
         "bench": ["matplotlib>=3.8"],
     },

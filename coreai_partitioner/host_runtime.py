@@ -20,9 +20,10 @@ The boundary, one delegate at a time:
   ``.pte`` ships (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
   The state belongs to that loaded method and carries from call to call.
 * ``execute`` (C++) checks every input against the signature :func:`_signature`
-  reported; :func:`_run` views the inputs without copying, runs coreai-core,
-  and hands back its output arrays, which the backend copies into
-  ExecuTorch's outputs (resizing dynamic ones).
+  reported; :func:`_run` views the inputs without copying (the views are kept
+  while ExecuTorch passes the same tensors, which a loaded method does), runs
+  coreai-core on the calling thread, and hands back its output arrays, which
+  the backend copies into ExecuTorch's outputs (resizing dynamic ones).
 * ``destroy`` calls :func:`_release`.
 
 The library is compiled on first use with the system C++ compiler (``$CXX``,
@@ -208,10 +209,13 @@ _LoadFn = ctypes.CFUNCTYPE(
 _SignatureFn = ctypes.CFUNCTYPE(
     ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(_Tensor), ctypes.POINTER(_Tensor), ctypes.c_void_p, ctypes.c_int64
 )
+# The run callback takes its tensor arrays as plain addresses: cheaper to pass than
+# ctypes pointers, and the delegate keys its cached views on them.
 _RunFn = ctypes.CFUNCTYPE(
-    ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(_Tensor), ctypes.c_int32,
-    ctypes.POINTER(_Tensor), ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+    ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32,
+    ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
 )
+_TENSOR_SIZE = ctypes.sizeof(_Tensor)
 _ReleaseFn = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 
 # ExecuTorch ScalarType codes by numpy dtype name.
@@ -247,13 +251,66 @@ class _Delegate:
     manifest: dict[str, Any]
     asset: LoadedAsset
     state: dict[str, Any]
-    input_dtypes: list[np.dtype] = field(default_factory=list)
+    input_dtypes: list[np.dtype]
+    output_dtypes: list[np.dtype]
+    output_codes: list[int]
+    #: The input structs' bytes at the last run, and the views over ExecuTorch's memory they describe.
+    #: A method's inputs sit in planned memory, so the views are built once and read afresh every run.
+    input_structs: bytes = b""
+    input_views: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The backend's output structs (their address is fixed at init), written on every run.
+    output_address: int = 0
+    output_structs: list[_Tensor] = field(default_factory=list)
     #: The last run's output arrays; the backend copies from them.
     outputs: list[np.ndarray] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return f"Core AI delegate in method '{self.method}' (asset {self.manifest['hash'][:12]})"
+
+    def run(self, inputs: int, num_inputs: int, outputs: int, num_outputs: int) -> None:
+        structs = ctypes.string_at(inputs, num_inputs * _TENSOR_SIZE) if num_inputs else b""
+        if structs != self.input_structs:
+            self.input_views = self._view_inputs(inputs, num_inputs)
+            self.input_structs = structs
+        results = self.asset(self.input_views, self.state)
+        if outputs != self.output_address:
+            self.output_structs = [_Tensor.from_address(outputs + i * _TENSOR_SIZE) for i in range(num_outputs)]
+            self.output_address = outputs
+        arrays = [np.ascontiguousarray(results[name]) for name in self.asset.output_names]
+        for i, array in enumerate(arrays):
+            if array.dtype != self.output_dtypes[i]:
+                raise ValueError(
+                    f"output '{self.asset.output_names[i]}' came back as {array.dtype}, "
+                    f"the asset declares {self.output_dtypes[i]}"
+                )
+            out = self.output_structs[i]
+            out.data = array.ctypes.data
+            out.nbytes = array.nbytes
+            out.dtype = self.output_codes[i]
+            out.rank = array.ndim
+            out.sizes[: array.ndim] = array.shape
+        self.outputs = arrays
+
+    def _view_inputs(self, inputs: int, num_inputs: int) -> dict[str, np.ndarray]:
+        if num_inputs != len(self.asset.input_names):
+            raise ValueError(f"the backend passed {num_inputs} inputs, the asset takes {len(self.asset.input_names)}")
+        views = {}
+        for i, name in enumerate(self.asset.input_names):
+            tensor = _Tensor.from_address(inputs + i * _TENSOR_SIZE)
+            shape = tuple(tensor.sizes[: tensor.rank])
+            dtype = self.input_dtypes[i]
+            if not tensor.nbytes:
+                views[name] = np.empty(shape, dtype=dtype)
+                continue
+            flat = np.frombuffer((ctypes.c_char * tensor.nbytes).from_address(tensor.data), dtype=dtype)
+            strides = tuple(tensor.strides[: tensor.rank])
+            if strides == _contiguous_strides(shape):
+                views[name] = flat.reshape(shape)
+            else:  # the input follows a non-default dim order
+                step = dtype.itemsize
+                views[name] = np.lib.stride_tricks.as_strided(flat, shape, tuple(s * step for s in strides))
+        return views
 
 
 _delegates: dict[int, _Delegate] = {}
@@ -286,10 +343,7 @@ def _load(request_ptr: Any, num_inputs: Any, num_outputs: Any, error: int, capac
             initial = _initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
         try:
             state = _new_state(asset, initial, manifest)
-            delegate = _Delegate(method, manifest, asset, state)
-            delegate.input_dtypes = [
-                np.dtype(asset._function.desc.input_descriptor(n).dtype) for n in asset.input_names
-            ]
+            delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
         except BaseException:
             asset.close()
             raise
@@ -301,6 +355,14 @@ def _load(request_ptr: Any, num_inputs: Any, num_outputs: Any, error: int, capac
     except BaseException as e:  # noqa: BLE001 - nothing may unwind into C++
         _report(e, error, capacity)
         return 0
+
+
+def _io_dtypes(asset: LoadedAsset, method: str, manifest: dict[str, Any]) -> tuple[list[np.dtype], list[np.dtype], list[int]]:
+    """The asset's input dtypes, output dtypes and output ScalarType codes, in signature order."""
+    what = f"Core AI delegate in method '{method}' (asset {manifest['hash'][:12]})"
+    inputs = [_scalar_type(asset.desc.input_descriptor(n).dtype, f"{what}: input '{n}'") for n in asset.input_names]
+    outputs = [_scalar_type(asset.desc.output_descriptor(n).dtype, f"{what}: output '{n}'") for n in asset.output_names]
+    return [_dtype(code) for code in inputs], [_dtype(code) for code in outputs], outputs
 
 
 def _check_integrity(manifest: dict[str, Any], program: bytes | memoryview | None) -> None:
@@ -341,7 +403,7 @@ def _initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray
 
 
 def _new_state(asset: LoadedAsset, initial: dict[str, np.ndarray], manifest: dict[str, Any]) -> dict[str, Any]:
-    desc = asset._function.desc
+    desc = asset.desc
     unknown = sorted(set(initial) - set(asset.state_names))
     if unknown:
         raise ValueError(
@@ -361,7 +423,7 @@ def _new_state(asset: LoadedAsset, initial: dict[str, np.ndarray], manifest: dic
 def _signature(delegate_id: int, inputs: Any, outputs: Any, error: int, capacity: int) -> int:
     try:
         delegate = _delegates[delegate_id]
-        desc = delegate.asset._function.desc
+        desc = delegate.asset.desc
         for i, name in enumerate(delegate.asset.input_names):
             _describe(desc.input_descriptor(name), inputs[i], f"{delegate.name}: input '{name}'")
         for i, name in enumerate(delegate.asset.output_names):
@@ -383,37 +445,10 @@ def _describe(descriptor: Any, out: _Tensor, what: str) -> None:
 
 
 def _run(
-    delegate_id: int, inputs: Any, num_inputs: int, outputs: Any, num_outputs: int, error: int, capacity: int
+    delegate_id: int, inputs: int, num_inputs: int, outputs: int, num_outputs: int, error: int, capacity: int
 ) -> int:
     try:
-        delegate = _delegates[delegate_id]
-        asset = delegate.asset
-        arrays = {}
-        for i, name in enumerate(asset.input_names):
-            tensor = inputs[i]
-            shape = tuple(tensor.sizes[: tensor.rank])
-            dtype = delegate.input_dtypes[i]
-            if tensor.nbytes:
-                buffer = (ctypes.c_char * tensor.nbytes).from_address(tensor.data)
-                array = np.frombuffer(buffer, dtype=dtype)
-                strides = tuple(tensor.strides[: tensor.rank])
-                if strides == _contiguous_strides(shape):
-                    arrays[name] = array.reshape(shape)
-                else:  # the input follows a non-default dim order
-                    step = dtype.itemsize
-                    arrays[name] = np.lib.stride_tricks.as_strided(array, shape, tuple(s * step for s in strides))
-            else:
-                arrays[name] = np.empty(shape, dtype=dtype)
-        results = asset(arrays, delegate.state)
-        delegate.outputs = [np.ascontiguousarray(results[name]) for name in asset.output_names]
-        for i, array in enumerate(delegate.outputs):
-            out = outputs[i]
-            out.data = array.ctypes.data
-            out.nbytes = array.nbytes
-            out.dtype = _scalar_type(array.dtype, f"{delegate.name}: output {i}")
-            out.rank = array.ndim
-            for d, size in enumerate(array.shape):
-                out.sizes[d] = size
+        _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs)
         return 0
     except BaseException as e:  # noqa: BLE001
         _report(e, error, capacity)

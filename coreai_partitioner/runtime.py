@@ -1,8 +1,13 @@
 """Run Core AI assets on this machine's Core AI runtime (Linux CPU included).
 
-coreai-core's runtime is asynchronous; this module gives it a synchronous
-face by running one event loop on a background thread, so it works the same
-from scripts, pytest and notebooks (which already run a loop of their own).
+coreai-core's runtime is asynchronous: calling a function returns an asyncio
+future on the running loop, which a runtime worker thread completes with
+``call_soon_threadsafe``.  This module gives it a synchronous face.  A call
+runs on the calling thread's own event loop, so the only thread handoff is the
+worker waking the caller; a thread whose loop is already running (a notebook,
+an async test) hands its calls to one background loop thread instead, which
+costs two more wakeups per call.  Loading and closing an asset, rare and slow,
+always run on the background loop.
 """
 
 from __future__ import annotations
@@ -20,17 +25,43 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
+_background: asyncio.AbstractEventLoop | None = None
+_background_lock = threading.Lock()
+
+
+def _on_background_loop(coroutine: Any) -> Any:
+    global _background
+    with _background_lock:
+        if _background is None:
+            _background = asyncio.new_event_loop()
+            threading.Thread(target=_background.run_forever, name="coreai-runtime", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coroutine, _background).result()
+
+
+class _OwnLoop:
+    """A thread's own event loop for runtime calls, closed when the thread ends and drops it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def __del__(self) -> None:
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+_threads = threading.local()
 
 
 def _run(coroutine: Any) -> Any:
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="coreai-runtime", daemon=True).start()
-    return asyncio.run_coroutine_threadsafe(coroutine, _loop).result()
+    """Run one coroutine of coreai-core's runtime to completion from synchronous code."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        own = getattr(_threads, "own", None)
+        if own is None:
+            own = _threads.own = _OwnLoop()
+        return own.loop.run_until_complete(coroutine)
+    return _on_background_loop(coroutine)
 
 
 class LoadedAsset:
@@ -45,9 +76,10 @@ class LoadedAsset:
 
         self.path = Path(path)
         self._context = AIModelAsset.load(self.path).executable()
-        model = _run(self._context.__aenter__())
+        model = _on_background_loop(self._context.__aenter__())
         self._function = model.load_function(function)
-        desc = self._function.desc
+        #: The function's descriptor (names, shapes and dtypes of its inputs, outputs and state).
+        self.desc = desc = self._function.desc
         self.input_names: list[str] = list(desc.input_names)
         self.output_names: list[str] = list(desc.output_names)
         self.state_names: list[str] = list(desc.state_names)
@@ -67,7 +99,7 @@ class LoadedAsset:
             if name in initial:
                 value = np.ascontiguousarray(initial[name])
             else:
-                desc = self._function.desc.state_descriptor(name)
+                desc = self.desc.state_descriptor(name)
                 value = np.zeros(tuple(desc.shape), dtype=np.dtype(desc.dtype))
             state[name] = NDArray(value)
         return state
@@ -92,7 +124,7 @@ class LoadedAsset:
     def close(self) -> None:
         if self in _open_assets:
             _open_assets.discard(self)
-            _run(self._context.__aexit__(None, None, None))
+            _on_background_loop(self._context.__aexit__(None, None, None))
 
 
 _open_assets: set[LoadedAsset] = set()

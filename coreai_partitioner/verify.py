@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from .pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
+from .backends.apple_coreai.initial_state import delegate_owned_buffers
 from .runtime import LoadedAsset
 
 logger = logging.getLogger(__name__)
@@ -123,16 +124,8 @@ _states: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDiction
 
 def _initial_state(lowered_module: Any) -> dict[str, np.ndarray]:
     """The values the delegate's mutable buffers start from, by Core AI state name."""
-    program = lowered_module.original_module
-    signature = program.graph_signature
-    mutated = set(signature.buffers_to_mutate.values())
-    state = {}
-    for spec in signature.input_specs:
-        if spec.target in mutated:
-            value = program.state_dict.get(spec.target, program.constants.get(spec.target))
-            if value is not None:
-                state[spec.arg.name] = value.detach().cpu().numpy()
-    return state
+    owned = delegate_owned_buffers(lowered_module.original_module)
+    return {name: value.detach().cpu().numpy() for name, (_, value) in owned.items() if value is not None}
 
 
 class _DelegateRunner(torch.fx.Interpreter):

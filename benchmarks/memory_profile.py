@@ -223,7 +223,7 @@ def main() -> None:
 
                 out = out.with_suffix(".aimodel")
                 shutil.rmtree(out, ignore_errors=True)
-                program.save_asset(str(out))
+                program.save_asset(out)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     else:
         with profile.phase("export + externalize"):

@@ -41,6 +41,7 @@ from executorch.backends.apple.coreai.compiler.io_compat import (
 )
 from executorch.backends.apple.coreai.compiler import preprocess as _upstream_preprocess
 from executorch.backends.apple.coreai.compiler.preprocess import (
+    _ASSET_ALIGNMENT as ASSET_ALIGNMENT,
     COMPILE_SPEC_KEYS,
     SIDECAR_DIR_ENV,
     AssetPackaging,
@@ -50,6 +51,7 @@ from executorch.backends.apple.coreai.compiler.preprocess import (
     _get_compile_spec as get_compile_spec,
     _maybe_warn_sidecar_env_ignored as maybe_warn_sidecar_env_ignored,
     _min_os_version as min_os_version,
+    _nds_key as named_data_key,
     _os_version_text as os_version_text,
 )
 from executorch.backends.apple.coreai.partition.partitioner import (
@@ -62,7 +64,14 @@ from executorch.backends.apple.coreai.partition.partitioner import (
 from executorch.backends.apple.coreai.passes.replace_copy_ops import (
     ReplaceCopyOpsWithFunctionalPass,
 )
-from executorch.exir._serialize._program import deserialize_pte_binary
+from executorch.exir._serialize._cord import FileBackedData
+from executorch.exir._serialize._named_data_store import NamedDataStore
+from executorch.exir._serialize._program import (
+    _flatbuffer_to_program,
+    _get_extended_header,
+    _restore_delegates,
+    deserialize_pte_binary,
+)
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
 def aten_op(target: Any) -> Any:
@@ -195,3 +204,27 @@ def asset_paths(created: Any) -> tuple[Any, Any]:
 
 def set_producer(metadata: Any, producer: str) -> None:
     metadata._producer = producer
+
+
+def program_asm(program: Any) -> str:
+    """The printed IR of an ``AIProgram``, large constants and weight blobs elided."""
+    return program._module._mlir_module.operation.get_asm(large_elements_limit=16, large_resource_limit=64)
+
+
+def deserialize_pte_views(data: memoryview) -> tuple[Any, dict[str, memoryview]]:
+    """A ``.pte``'s Program and its named data as views of ``data``, not copies.
+
+    ``deserialize_pte_binary`` copies the whole segment region, then each
+    segment, and its NamedDataStore takes only ``bytes``.  Here only the
+    flatbuffer (no weights) is copied; delegate payloads stored as segments
+    are restored as upstream does.
+    """
+    header = _get_extended_header(data)
+    program_size = header.program_size if header else len(data)
+    program = _flatbuffer_to_program(bytes(data[:program_size]))
+    if not header or header.segment_base_offset == 0:
+        return program, {}
+    base = header.segment_base_offset
+    segments = [data[base + s.offset : base + s.offset + s.size] for s in program.segments]
+    program = _restore_delegates(program, segments)
+    return program, {entry.key: segments[entry.segment_index] for entry in program.named_data or ()}

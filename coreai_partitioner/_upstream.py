@@ -223,3 +223,42 @@ def finish_asset(created: Any) -> str:
             digest.update(chunk)
     hash_path.write_bytes(digest.digest())
     return digest.hexdigest()
+
+
+#: Asset files up to this size are read into the NamedDataStore; larger ones stay on disk.
+IN_MEMORY_MAX_BYTES = 1 << 20
+
+
+def deliver_inline(staging: Path, model_hash: str, manifest_extra: dict[str, Any]) -> PreprocessResult:
+    """Upstream ``_deliver`` + ``_embed_dir_inline``, with the asset's large files left on disk.
+
+    Upstream reads every file of the staged asset into ``bytes``, so each
+    delegate's weights stay in memory once more until the ``.pte`` is written.
+    Here a file over 1 MiB is moved out of ``staging`` (which the caller
+    deletes) into a temporary file owned by ExecuTorch's ``FileBackedData``:
+    the NamedDataStore streams it into the ``.pte`` at ``write_to_file`` and
+    deletes it when the lowered program is released.  Keys, alignment and
+    manifest are upstream's, so the ``.pte`` is byte for byte the same.
+    """
+    import tempfile
+
+    store = _compat.NamedDataStore()
+    files = []
+    for path in sorted(staging.rglob("*")):
+        if not path.is_file():
+            continue
+        relative = path.relative_to(staging).as_posix()
+        files.append(relative)
+        if path.stat().st_size <= IN_MEMORY_MAX_BYTES:
+            data: Any = path.read_bytes()
+        else:
+            descriptor, owned = tempfile.mkstemp(prefix=".coreai_asset_", suffix=".data")
+            os.close(descriptor)
+            os.replace(path, owned)
+            data = _compat.FileBackedData(owned, cleanup=True)
+        store.add_named_data(_compat.named_data_key(model_hash, relative), data, alignment=_compat.ASSET_ALIGNMENT)
+    manifest = {"files": files, "packaging": _compat.AssetPackaging.INLINE.value, "hash": model_hash, **manifest_extra}
+    return PreprocessResult(
+        processed_bytes=json.dumps(manifest).encode("utf-8"),
+        data_store_output=store.get_named_data_store_output(),
+    )

@@ -67,7 +67,14 @@ def summarize_ir(ir: str) -> AssetSummary:
 
 
 def asset_ir(path: str | os.PathLike) -> str:
-    """The printed IR of the ``.aimodel`` at ``path``."""
+    """The printed IR of the ``.aimodel`` at ``path``, weights elided.
+
+    ``str(program)`` prints every weight blob in hex (over twice the weights'
+    bytes, most of a summary's time at LLM scale); graphs, composite
+    declarations and invocations print the same either way.
+    """
     from coreai.authoring import AIModelAsset
 
-    return str(AIModelAsset.load(path).program)
+    from ._compat import program_asm
+
+    return program_asm(AIModelAsset.load(path).program)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 from executorch.exir.schema import DelegateCall
 
-from ._compat import deserialize_pte_binary
+from ._compat import deserialize_pte_views
 
 #: Backend ids whose payload is a Core AI asset manifest (ours and upstream's).
 COREAI_BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
@@ -29,7 +30,7 @@ class Delegate:
     #: The Core AI manifest (``packaging``, ``hash``, ``path``, ...), or None.
     manifest: dict[str, Any] | None = None
     #: Inline asset files by path relative to the asset's ``<hash>/`` directory.
-    files: dict[str, bytes] = field(default_factory=dict, repr=False)
+    files: dict[str, bytes | memoryview] = field(default_factory=dict, repr=False)
 
     @property
     def is_coreai(self) -> bool:
@@ -95,10 +96,15 @@ def asset_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
         return {}
     prefix = f"{_NAMED_DATA_PREFIX}{model_hash}/"
     return {
-        key[len(prefix) :]: bytes(named_data.buffers[entry.buffer_index])
+        key[len(prefix) :]: _as_bytes(named_data.buffers[entry.buffer_index])
         for key, entry in named_data.pte_data.items()
         if key.startswith(prefix)
     }
+
+
+def _as_bytes(data: Any) -> bytes:
+    """A named-data buffer as bytes: in memory, or a file ExecuTorch keeps on disk until written."""
+    return data.to_bytes() if hasattr(data, "to_bytes") else bytes(data)
 
 
 @dataclass(frozen=True)
@@ -128,10 +134,17 @@ class PteContents:
 
 
 def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
-    """Parse a serialized ``.pte`` (bytes or a path)."""
-    data = bytes(pte) if isinstance(pte, (bytes, bytearray, memoryview)) else Path(pte).read_bytes()
-    pte_file = deserialize_pte_binary(data)
-    program = pte_file.program
+    """Parse a serialized ``.pte`` (bytes or a path).
+
+    A path is mapped, not read, and asset files are views of the data: reading
+    a .pte costs its flatbuffer, not its weights.
+    """
+    if isinstance(pte, (bytes, bytearray, memoryview)):
+        data = memoryview(pte)
+    else:
+        with open(pte, "rb") as file:
+            data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+    program, named_data = deserialize_pte_views(data)
 
     delegates = []
     plans = {}
@@ -144,11 +157,16 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
         for index, delegate in enumerate(plan.delegates):
             payload = bytes(program.backend_delegate_data[delegate.processed.index].data)
             manifest = coreai_manifest(delegate.id, payload)
-            files = {} if manifest is None else asset_files(pte_file.named_data, manifest["hash"])
+            files = {} if manifest is None else _files_under(named_data, manifest["hash"])
             delegates.append(Delegate(plan.name, index, delegate.id, payload, manifest, files))
     return PteContents(
         tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), plans
     )
+
+
+def _files_under(named_data: dict[str, memoryview], model_hash: str) -> dict[str, memoryview]:
+    prefix = f"{_NAMED_DATA_PREFIX}{model_hash}/"
+    return {key[len(prefix) :]: data for key, data in named_data.items() if key.startswith(prefix)}
 
 
 def coreai_manifest(backend_id: str, payload: bytes) -> dict[str, Any] | None:

@@ -15,6 +15,7 @@ from helpers import asset_ir, assert_close, lower, run_delegate, seeded, to_pte,
 
 from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_compile_config, verify
 from coreai_partitioner.backends.apple_coreai import BACKEND_ID, CoreAICompositeBackend
+from coreai_partitioner.pte import read_pte
 from coreai_torch.composite_ops import RMSNorm
 
 pytestmark = pytest.mark.slow
@@ -317,3 +318,22 @@ def test_boolean_products_stay_outside_the_delegate_and_the_program_runs():
     from coreai_partitioner.testing import assert_lowers_and_matches
 
     assert_lowers_and_matches(MaskedByProduct(), torch.randn(4, 8), specs=[])
+
+
+def test_a_large_asset_streams_into_the_pte_from_disk(tmp_path, monkeypatch):
+    import tempfile
+
+    from coreai_partitioner import _upstream
+    from coreai_partitioner.lowering import save_pte
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the asset waits for write_to_file
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.Tanh()).eval()  # 2 MiB of weights
+    x = torch.randn(2, 512)
+    lowered = lower(torch.export.export(model, (x,)))
+    waiting = list(tmp_path.glob(".coreai_asset_*"))
+    assert waiting and max(p.stat().st_size for p in waiting) > _upstream.IN_MEMORY_MAX_BYTES
+
+    path = save_pte(lowered, tmp_path / "model.pte")
+    verify.check(path, model, x).raise_for_mismatch()
+    (delegate,) = read_pte(path).delegates
+    assert max(len(data) for data in delegate.files.values()) == max(p.stat().st_size for p in waiting)

@@ -87,17 +87,14 @@ class CoreAICompositeBackend(BackendDetails):
             model_hash = _upstream.finish_asset(created)
             if aot:
                 return _upstream.deliver_aot_compiled(aimodel, model_hash, compile_specs, sidecar_dir)
-            return _compat.deliver(
-                Path(staging),
-                model_hash,
-                _Packaging.SIDECAR if sidecar_dir else _Packaging.INLINE,
-                {
-                    "path": f"{model_hash}/model.aimodel",
-                    "min_deployment_version": _compat.os_version_text(min_os),
-                    **stage_initial_state(edge_program, Path(staging)),
-                },
-                sidecar_dir,
-            )
+            manifest = {
+                "path": f"{model_hash}/model.aimodel",
+                "min_deployment_version": _compat.os_version_text(min_os),
+                **stage_initial_state(edge_program, Path(staging)),
+            }
+            if sidecar_dir is None:  # the asset streams from disk into the .pte, never read whole
+                return _upstream.deliver_inline(Path(staging), model_hash, manifest)
+            return _compat.deliver(Path(staging), model_hash, _Packaging.SIDECAR, manifest, sidecar_dir)
 
 
 BACKEND_ID = CoreAICompositeBackend.__name__

@@ -272,9 +272,10 @@ def _write_at(cache: torch.Tensor, states: torch.Tensor, position: torch.Tensor)
     the whole write inside the delegate.  Positions outside the cache write nothing.
     """
     slots = torch.arange(cache.shape[2], dtype=position.dtype, device=cache.device)
-    one_hot = (slots.unsqueeze(-1) == position.unsqueeze(0)).to(cache.dtype)  # [L, T]
-    kept = 1.0 - one_hot.sum(-1, keepdim=True)  # [L, 1]: 0 where written (a float scalar, not a lifted int64)
-    return cache * kept + torch.matmul(one_hot, states.to(cache.dtype))
+    one_hot = (position.unsqueeze(-1) == slots).to(cache.dtype)  # [T, L]
+    kept = 1.0 - one_hot.sum(0).unsqueeze(-1)  # [L, 1]: 0 where written (a float scalar, not a lifted int64)
+    written = torch.matmul(states.to(cache.dtype).transpose(-1, -2), one_hot).transpose(-1, -2)  # [B, H, L, D]
+    return cache * kept + written
 
 
 class StaticCacheDecoder(nn.Module):
@@ -354,13 +355,15 @@ class DecoderShapes:
 def export_decoder(model: nn.Module, shapes: DecoderShapes, *, before_export: Callable[[], None] | None = None):
     """Externalize ``model``'s composites and export its :class:`StaticCacheDecoder` with ``T`` symbolic.
 
-    Returns ``(exported_program, records)`` as :func:`externalize_modules` does.
-    ``before_export`` runs after the composite swaps, right before
+    Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
+    their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
+    enumerated ``T = 1`` needs it).  ``before_export`` runs after the composite swaps, right before
     ``torch.export`` (quantization goes there).
     """
     from coreai_torch import get_decomp_table
 
     from . import default_specs, externalize_modules
+    from .passes import remove_noop_expands
 
     tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
     length = min(2, shapes.prefill_chunk)
@@ -378,7 +381,10 @@ def export_decoder(model: nn.Module, shapes: DecoderShapes, *, before_export: Ca
     with coreai_composites(model) as swaps:
         logger.info("swapped for Core AI composites: %s", swaps)
         decoder = StaticCacheDecoder(model, shapes.max_context_len).eval()
-        return externalize_modules(decoder, default_specs(), export_fn=export_fn)
+        program, records = externalize_modules(decoder, default_specs(), export_fn=export_fn)
+    for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
+        remove_noop_expands(graph_module)
+    return program, records
 
 
 def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
@@ -418,26 +424,22 @@ def lower_decoder(
     gives the ``.pte``.
     """
     from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir.pass_manager import ExportedProgramPassManager
 
     from . import CoreAIPartitioner, get_default_compile_config
-    from .passes import get_default_passes
+    from .passes import KeepDeclaredRanges, get_default_passes
 
     check_supported(model)
-    if shapes.mode == "enumerated":
-        raise NotImplementedError(
-            "enumerated T is not lowered yet: torch.export gives the token dim the range "
-            f"[2, {shapes.prefill_chunk}] (the program guards T != 1), so T = 1 cannot be "
-            "enumerated; use mode='dynamic'"
-        )
     program, records = export_decoder(model, shapes, before_export=before_export)
     partitioner = CoreAIPartitioner(
         externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
     )
+    passes = ExportedProgramPassManager([*get_default_passes(), KeepDeclaredRanges(program.range_constraints)])
     return to_edge_transform_and_lower(
         program,
         partitioner=[partitioner],
         compile_config=get_default_compile_config(),
-        transform_passes=get_default_passes(),
+        transform_passes=passes,
         constant_methods=runner_metadata(model, shapes),
     )
 
@@ -503,6 +505,23 @@ def greedy_decode(program: Any, prompt: list[int], new_tokens: int, shapes: Deco
             break
         (logits,) = verify.run(program, torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
     return tokens
+
+
+def byte_tokenizer(config: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` of one character per token, for the tiny configs' 256-token vocabulary.
+
+    Token ``i`` is one printable character (ASCII as itself, the rest from
+    U+0100 on), so any token sequence decodes to valid UTF-8 and ExecuTorch's
+    LLM runner can print a random model's output.  ``config``'s BOS and EOS
+    tokens are special tokens.
+    """
+    from tokenizers import Tokenizer, models
+
+    characters = [chr(i) if 32 <= i < 127 else chr(0x100 + i) for i in range(256)]
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(characters)}, merges=[], unk_token=characters[0]))
+    special = [config.bos_token_id, config.eos_token_id]
+    tokenizer.add_special_tokens([characters[i] for i in special if i is not None])
+    return tokenizer
 
 
 def tiny_config(kind: str) -> Any:

@@ -37,6 +37,9 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and _is_bool_mul(node):
             # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
             return False
+        if node.op == "call_function" and _is_index_put(node) and _symbolic_beyond_dim0(node):
+            # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
+            return False
         if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
             return self._supports_symbolic(node)
         if node.op != "call_function" or externalized_op_name(node.target) is None:
@@ -75,7 +78,7 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         return None
 
     def _supports_symbolic(self, node: torch.fx.Node) -> bool:
-        """An op over a symbolic shape (a view or expand over an LLM's token count ``T``, ``sym_size``).
+        """An op with a symbolic scalar operand (a view or expand over an LLM's token count ``T``, ``sym_size``).
 
         Upstream rejects every node with a SymInt operand, so a program exported
         with a dynamic dim splits into many delegates and its state leaves them.
@@ -85,8 +88,6 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         """
         if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not is_coreai_supported_target(node.target):
             return False
-        if getattr(node.target, "__name__", "").endswith("index_put.default") and _symbolic_beyond_dim0(node):
-            return False  # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
         return not any(
             isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64)
             for val in _compat.node_tensor_vals(node)
@@ -97,6 +98,10 @@ def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
     return any(
         isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) for val in _compat.node_tensor_vals(node)
     )
+
+
+def _is_index_put(node: torch.fx.Node) -> bool:
+    return _compat.aten_op(node.target) in (torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)
 
 
 def _symbolic_beyond_dim0(node: torch.fx.Node) -> bool:

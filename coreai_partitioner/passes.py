@@ -1,4 +1,4 @@
-"""Edge transform passes for Core AI lowering that also work with symbolic shapes.
+"""Graph passes for Core AI lowering that also work with symbolic shapes.
 
 Upstream's ``NarrowToCoreAIDtypesPass`` (ExecuTorch 1.5.1,
 ``backends/apple/coreai/passes/narrow_dtypes.py``) re-propagates dtypes with a
@@ -8,16 +8,25 @@ the first symbolic ``expand_copy`` ("SymIntArrayRef expected to contain only
 concrete integers").  :class:`NarrowToCoreAIDtypes` does the same narrowing and
 re-propagates in the program's own fake mode, so the symbols stay the
 program's.
+
+Two more keep an exported dim enumerable down to 1 (an LLM's ``T`` in
+{1, chunk}): :class:`KeepDeclaredRanges` puts back the dim ranges the program
+was exported with, and :func:`remove_noop_expands` drops the ``expand`` calls
+that specialize wrongly in Core AI (coreai-core 1.0.0b3).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from executorch.exir.dialects.edge._ops import EdgeOpOverload
-from executorch.exir.pass_base import PassResult
+from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult, PassResult
 from torch._guards import detect_fake_mode
+from torch.export import ExportedProgram
 from torch.fx import GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from . import _compat
 
 _NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
 
@@ -82,8 +91,68 @@ def get_default_passes() -> list:
     return [NarrowToCoreAIDtypes()]
 
 
+class KeepDeclaredRanges(ExportedProgramPassBase):
+    """Give each dim symbol back the range it was exported with.
+
+    ExecuTorch 1.5.1 rebuilds an edge program's ``range_constraints`` from the
+    shape environment after every graph pass (``exir/_program_utils.py``), and
+    the shape environment traces a dim declared ``Dim(min=1)`` as at least 2
+    (torch's 0/1 specialization, no guard).  ``T = 1`` then falls outside the
+    range and ``input_enumerations`` refuses it.  Run it last in the transform
+    passes, with the exported program's ``range_constraints``.
+    """
+
+    def __init__(self, declared: dict[Any, Any]) -> None:
+        super().__init__()
+        self.declared = dict(declared)
+
+    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
+        # The property hands out the program's own dict and has no setter.
+        ranges = exported_program.range_constraints
+        changed = {s: r for s, r in self.declared.items() if s in ranges and ranges[s] != r}
+        ranges.update(changed)
+        return ExportedProgramPassResult(exported_program, bool(changed))
+
+
+def remove_noop_expands(graph_module: GraphModule) -> int:
+    """Drop ``expand`` calls whose result has their input's shape; returns how many.
+
+    ``torch.matmul``'s decomposition expands each operand to the shape it
+    already has.  Converted, that is a ``coreai.broadcast_to`` to a shape read
+    at run time, which coreai-core 1.0.0b3 folds to a value of another type
+    when an enumerated shape makes a dim 1 ("incorrect fold result type", an
+    abort).  The expand computes nothing, so it goes.
+    """
+    removed = 0
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function" or _compat.aten_op(node.target) not in _EXPANDS:
+            continue
+        source = node.args[0]
+        if _same_shape(_val(source), node.meta.get("val")):
+            node.replace_all_uses_with(source)
+            graph_module.graph.erase_node(node)
+            removed += 1
+    if removed:
+        graph_module.recompile()
+    return removed
+
+
+_EXPANDS = (torch.ops.aten.expand.default, torch.ops.aten.expand_copy.default)
+
+
+def _same_shape(a, b) -> bool:
+    """Equal shapes, compared symbol by symbol (no guard on the shape environment)."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != b.dim():
+        return False
+    return all(_expr(x) == _expr(y) for x, y in zip(a.shape, b.shape))
+
+
+def _expr(dim):
+    return dim.node.expr if isinstance(dim, torch.SymInt) else dim
+
+
 def _to_copy_for(graph: torch.fx.Graph):
-    if any(isinstance(n.target, EdgeOpOverload) for n in graph.nodes if n.op == "call_function"):
+    if any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function"):
         from executorch.exir.dialects._ops import ops as exir_ops
 
         return exir_ops.edge.aten._to_copy.default

@@ -65,22 +65,6 @@ def quantize_int8(model: torch.nn.Module) -> None:
     PostTrainingQuantizer(model, config).compress(inplace=True)
 
 
-def byte_tokenizer(model: torch.nn.Module):
-    """A character tokenizer over the tiny configs' 256-token vocabulary.
-
-    Token ``i`` is one printable character (ASCII as itself, the rest from
-    U+0100 on), so any token sequence decodes to valid UTF-8: a random model's
-    output stays printable through the runner's text callback.
-    """
-    from tokenizers import Tokenizer, models
-
-    characters = [chr(i) if 32 <= i < 127 else chr(0x100 + i) for i in range(256)]
-    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(characters)}, merges=[], unk_token=characters[0]))
-    config = model.config
-    tokenizer.add_special_tokens([characters[i] for i in (config.bos_token_id, config.eos_token_id) if i is not None])
-    return tokenizer
-
-
 def write_tokenizer(model: torch.nn.Module, args: argparse.Namespace) -> Path:
     path = args.out.parent / "tokenizer.json"
     if args.checkpoint:
@@ -90,7 +74,7 @@ def write_tokenizer(model: torch.nn.Module, args: argparse.Namespace) -> Path:
         if source.resolve() != path.resolve():
             shutil.copyfile(source, path)
     else:
-        byte_tokenizer(model).save(str(path))
+        hf.byte_tokenizer(model.config).save(str(path))
     return path
 
 
@@ -150,7 +134,11 @@ def main() -> None:
     parser.add_argument("--max-context-len", type=int, default=128, help="KV cache length (prompt + generated)")
     parser.add_argument("--prefill-chunk", type=int, default=32, help="most tokens one forward call takes")
     parser.add_argument("--shapes", choices=hf.SHAPE_MODES, default="dynamic")
-    parser.add_argument("--quantize", choices=("int8",), help="weight-only quantization")
+    parser.add_argument(
+        "--quantize",
+        choices=("int8",),
+        help="weights rounded to a per-channel int8 grid (coremltools), still stored in --dtype: checks accuracy, not size",
+    )
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
     parser.add_argument("--verify", action="store_true", help="check the .pte against HF eager")
     parser.add_argument("--generate", metavar="PROMPT", help="run ExecuTorch's TextLLMRunner on the .pte")

@@ -3,8 +3,8 @@
 Where it goes in the flow::
 
     ep, records = externalize_modules(model, default_specs(),
-                                      export_fn=lambda m: torch.export.export(m, sample))   # no decompositions yet
-    ep = quantize(ep, "int8", records=records)      # or "int4"; returns a decomposed program
+                                      export_fn=lambda m: torch.export.export(m, sample, dynamic_shapes=shapes))
+    ep = quantize(ep, "int8", records=records, dynamic_shapes=shapes)   # or "int4"; decomposes it too
     quantized_eager = ep.module()                   # the reference for verify, before lowering consumes ep
     lowered = to_edge_transform_and_lower(ep, partitioner=[CoreAIPartitioner(externalized_modules=records)], ...)
 
@@ -83,6 +83,7 @@ def quantize(
     *,
     records: Sequence[Any] | None = None,
     example_inputs: tuple[Any, ...] | None = None,
+    dynamic_shapes: Any = None,
     keep_float: Sequence[str] = (),
     block_size: int = 32,
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
@@ -95,7 +96,9 @@ def quantize(
     (graph mode; name modules by their path in the program, never a module
     type).  ``records`` (the ones ``externalize_modules`` returned) are checked
     to still pair with the quantized program's call sites.  ``example_inputs``
-    default to the program's own.  ``keep_float`` names layers to leave in
+    default to the program's own; a program exported with dynamic
+    dimensions needs the same ``dynamic_shapes`` again (coreai-opt and the
+    final export re-export it).  ``keep_float`` names layers to leave in
     floating point (module paths, or parameter names); any other weight
     coreai-opt cannot quantize is an error.
 
@@ -113,6 +116,11 @@ def quantize(
         if kwargs:
             raise ValueError("the program was exported with keyword inputs; pass example_inputs=(...) positionally")
         example_inputs = tuple(args)
+    if dynamic_shapes is None and _has_symbolic_inputs(exported_program):
+        raise ValueError(
+            "the program has dynamic input dimensions; pass the dynamic_shapes it was exported with "
+            "(quantize re-exports it, and would otherwise make every dimension static)"
+        )
     if decompositions is None:
         from coreai_torch import get_decomp_table
 
@@ -129,14 +137,14 @@ def quantize(
 
     quantizer = Quantizer(model, config)
     try:
-        quantizer.prepare(example_inputs)
+        quantizer.prepare(example_inputs, dynamic_shapes=dynamic_shapes)
         finalized = quantizer.finalize(backend=ExportBackend.CoreAI)
     except ValueError as error:
         if "no fake quantization nodes" not in str(error):
             raise
         _raise_unquantized([w for w in weights.values() if not _kept(w, keep_float)], error)
     with torch.no_grad():
-        quantized = torch.export.export(finalized, example_inputs).run_decompositions(decompositions)
+        quantized = torch.export.export(finalized, example_inputs, dynamic_shapes=dynamic_shapes).run_decompositions(decompositions)
 
     _check_weights_quantized(quantized, weights, keep_float)
     _check_call_sites(exported_program, quantized, records)
@@ -145,6 +153,14 @@ def quantize(
 
 
 # ---------------------------------------------------------------- checks
+
+
+def _has_symbolic_inputs(exported_program: ExportedProgram) -> bool:
+    for node in exported_program.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in value.shape):
+            return True
+    return False
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ Every test here lowers a model or runs coreai-opt's export, so the module is slo
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections import Counter
 
@@ -22,8 +23,8 @@ from coreai_partitioner import (  # noqa: E402
     default_specs,
     externalize_modules,
     get_default_compile_config,
-    get_default_passes,
     hf,
+    verify,
 )
 from coreai_partitioner.assets import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
@@ -31,26 +32,26 @@ from coreai_partitioner.quantize import DECOMPRESS_OP, QuantizationError, check,
 
 pytestmark = pytest.mark.slow
 
-PREFILL_LEN = 8
-MAX_CACHE = 16
+SHAPES = hf.DecoderShapes(max_context_len=24, prefill_chunk=8)
 COMPOSITES = ("rms_norm", "scaled_dot_product_attention", "rope")
 
 
-def _lower(programs: dict, records: dict):
+def _lower(program, records):
+    from coreai_partitioner.passes import get_default_passes
+
     return to_edge_transform_and_lower(
-        programs,
-        partitioner={name: [CoreAIPartitioner(externalized_modules=r)] for name, r in records.items()},
+        program,
+        partitioner=[CoreAIPartitioner(externalized_modules=records)],
         compile_config=get_default_compile_config(),
         transform_passes=get_default_passes(),
     )
 
 
-def _composites_and_ir(pte_bytes: bytes, method: str) -> tuple[Counter, str]:
-    pte = read_pte(pte_bytes)
+def _composites_and_ir(pte_bytes: bytes) -> tuple[Counter, str]:
     counts: Counter = Counter()
     irs = []
     with tempfile.TemporaryDirectory() as directory:
-        for delegate in (d for d in pte.delegates if d.method == method):
+        for delegate in read_pte(pte_bytes).delegates:
             ir = asset_ir(delegate.asset_path(directory))
             counts.update(summarize_ir(ir).composites())
             irs.append(ir)
@@ -58,37 +59,42 @@ def _composites_and_ir(pte_bytes: bytes, method: str) -> tuple[Counter, str]:
 
 
 class QuantizedLLM:
-    """A tiny HF model's prefill and decode, float and quantized, lowered once per (kind, scheme)."""
+    """A tiny HF model's decoder (``forward(tokens, input_pos)``, T symbolic), float and quantized, lowered."""
 
     def __init__(self, kind: str, scheme: str) -> None:
+        self.scheme = scheme
         torch.manual_seed(0)
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_config(hf.tiny_config(kind)).eval()
-        self.prompt = torch.randint(0, self.model.config.vocab_size, (1, PREFILL_LEN))
-        step = (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
-        programs, quantized, records = {}, {}, {}
-        with hf.coreai_composites(self.model):
-            for name, module, sample in (
-                ("prefill", hf.PrefillProgram(self.model), (self.prompt,)),
-                ("decode", hf.StaticCacheDecoder(self.model, MAX_CACHE), step),
-            ):
-                with torch.no_grad():
-                    programs[name], records[name] = externalize_modules(
-                        module.eval(), default_specs(), export_fn=lambda m, s=sample: torch.export.export(m, s)
-                    )
-                quantized[name] = quantize(programs[name], scheme, records=records[name])
-        self.eager = {name: program.module() for name, program in quantized.items()}
-        self.float_prefill = programs["prefill"].run_decompositions(get_decomp_table())
+        self.prompt = torch.randint(0, self.model.config.vocab_size, (1, SHAPES.prefill_chunk))
+        tokens = torch.export.Dim("T", min=1, max=SHAPES.prefill_chunk)
+        dynamic_shapes = ({1: tokens}, {0: tokens})
+        sample = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
+        with hf.coreai_composites(self.model), torch.no_grad():
+            self.float_model = hf.StaticCacheDecoder(self.model, SHAPES.max_context_len).eval()
+            program, records = externalize_modules(
+                self.float_model, default_specs(),
+                export_fn=lambda m: torch.export.export(m, sample, dynamic_shapes=dynamic_shapes),
+            )
+        quantized = quantize(program, scheme, records=records, dynamic_shapes=dynamic_shapes)
+        self.eager = quantized.module()  # before lowering, which takes the program's constants over
         self.lowered = _lower(quantized, records)
         self.pte = bytes(self.lowered.to_executorch().buffer)
-        self.float_pte = bytes(_lower({"prefill": self.float_prefill}, {"prefill": records["prefill"]}).to_executorch().buffer)
+        self.float_pte = bytes(_lower(program.run_decompositions(get_decomp_table()), records).to_executorch().buffer)
+
+
+def _empty_cache(decoder: torch.nn.Module) -> torch.nn.Module:
+    for name, buffer in decoder.named_buffers():
+        if "_cache_" in name:
+            buffer.zero_()
+    return decoder
 
 
 _built: dict[tuple[str, str], QuantizedLLM] = {}
 
 
-@pytest.fixture(scope="module", params=[("llama", "int8"), ("qwen2", "int4"), ("qwen3", "int8"), ("qwen3", "int4")], ids="-".join)
+@pytest.fixture(scope="module", params=[("llama", "int8"), ("qwen2", "int8"), ("qwen3", "int4")], ids="-".join)
 def llm(request) -> QuantizedLLM:
     if request.param not in _built:
         _built.clear()  # one model's programs in memory at a time
@@ -97,39 +103,45 @@ def llm(request) -> QuantizedLLM:
 
 
 def test_quantized_pte_keeps_every_composite_call_site(llm):
-    quantized, _ = _composites_and_ir(llm.pte, "prefill")
-    original, _ = _composites_and_ir(llm.float_pte, "prefill")
+    quantized, _ = _composites_and_ir(llm.pte)
+    original, _ = _composites_and_ir(llm.float_pte)
     assert {name: quantized[name] for name in COMPOSITES} == {name: original[name] for name in COMPOSITES}
     assert all(original[name] > 0 for name in COMPOSITES), original
 
 
 def test_quantized_asset_stores_weights_compressed(llm):
-    _, ir = _composites_and_ir(llm.pte, "prefill")
-    _, float_ir = _composites_and_ir(llm.float_pte, "prefill")
-    assert DECOMPRESS_OP in ir and DECOMPRESS_OP not in float_ir
-    assert len(llm.pte) < 0.8 * len(llm.float_pte) * 2  # two methods, each with its own weights
-    assert len(read_pte(llm.pte).delegates) == 2
+    _, ir = _composites_and_ir(llm.pte)
+    _, float_ir = _composites_and_ir(llm.float_pte)
+    bits = 4 if llm.scheme == "int4" else 8
+    assert "coreai.blockwise_shift_scale" in ir and "coreai.blockwise_shift_scale" not in float_ir
+    assert re.search(rf"dense_resource<\w+> : tensor<[0-9x]+xsi{bits}>", ir)  # the weight blob itself is int
+    assert len(llm.pte) < 0.8 * len(llm.float_pte)
 
 
 def test_quantized_prefill_matches_quantized_eager_and_reports_the_float_error(llm):
-    with hf.coreai_composites(llm.model):
-        float_model = hf.PrefillProgram(llm.model).eval()
-        report = check(llm.lowered, llm.eager["prefill"], float_model, llm.prompt, method="prefill", rtol=1e-3, atol=1e-3)
+    positions = torch.arange(SHAPES.prefill_chunk)
+    with torch.no_grad():
+        expected = _empty_cache(llm.eager)(llm.prompt, positions)
+    reference = hf.StaticCacheDecoder(llm.model, SHAPES.max_context_len).eval()
+    with hf.coreai_composites(llm.model), torch.no_grad():
+        float_logits = reference(llm.prompt, positions)
+    verify.reset_state(llm.lowered)
+    report = check(llm.lowered, expected, float_logits, llm.prompt, positions, rtol=1e-3, atol=1e-3)
     report.raise_for_mismatch()
     float_error = report.against_float.outputs[0].max_abs_error
     assert float_error > 10 * report.against_quantized.outputs[0].max_abs_error, str(report)
 
 
 def test_quantized_greedy_tokens_equal_quantized_eager(llm):
-    prompt = llm.prompt[0, :4].tolist()
-    got = hf.greedy_decode(llm.lowered, prompt, 8)
-    decoder = llm.eager["decode"]
+    prompt = llm.prompt[0, :5].tolist()
+    got = hf.greedy_decode(llm.lowered, prompt, 8, SHAPES)
+    eager = _empty_cache(llm.eager)
     tokens = list(prompt)
     with torch.no_grad():
-        for position in range(len(prompt) + 7):
-            logits = decoder(torch.tensor([[tokens[position]]]), torch.tensor([position]))
-            if position >= len(prompt) - 1:
-                tokens.append(int(logits[0, -1].argmax()))
+        logits = eager(torch.tensor([prompt]), torch.arange(len(prompt)))
+        while len(tokens) < len(prompt) + 8:
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
     assert got == tokens
 
 

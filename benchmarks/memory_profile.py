@@ -10,10 +10,12 @@ saved once under ``--cache-dir`` and loaded back with ``from_pretrained`` as a
 user would (nothing is downloaded).  Peak RSS per phase is exact: it comes
 from the kernel's high-water mark (``VmHWM``), reset at every phase boundary
 through ``/proc/self/clear_refs``, not from sampling, so peaks inside C++ code
-are seen.  Phases nest: functions inside ExecuTorch, this plugin and
-coreai-torch are wrapped, and repeated calls are merged (``xN``).  "extra/w"
-is peak RSS above the loaded model (weights paged in), over the weights.
-Run one size per process; the machine is shared.
+are seen.  Phases nest: functions inside torch.export, ExecuTorch, this plugin
+and coreai-torch are wrapped, and repeated calls are merged (``xN``).
+"extra/w" is peak RSS above the loaded model (weights paged in), over the
+weights.  Run one size per process; the machine is shared.
+:func:`measure_export` is the measurement; ``benchmarks/llm.py`` runs it for
+every row of its table.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ import contextlib
 import functools
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 warnings.filterwarnings("ignore")
 GB = 1 << 30
@@ -40,6 +45,13 @@ QWEN3_06B = dict(
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
+    ("coreai_partitioner.hf", "export_decoder", "export + externalize"),
+    ("executorch.exir", "to_edge_transform_and_lower", "to_edge_transform_and_lower"),
+    ("torch.export", "export", "torch.export"),
+    ("torch.export.exported_program:ExportedProgram", "run_decompositions", "run_decompositions"),
+    ("coreai_partitioner.subexport:SharedExports", "__call__", "sub-exports"),
+    ("coreai_partitioner.subexport", "rebind", "rebind a shared export"),
+    ("torch._export.verifier:Verifier", "check", "verifier"),
     ("executorch.exir.program._program", "_gen_edge_manager_for_partitioners", "to_edge"),
     ("executorch.exir.program._program:EdgeProgramManager", "transform", "transform passes"),
     ("executorch.exir.program._program:EdgeProgramManager", "to_backend", "to_backend"),
@@ -76,6 +88,7 @@ class Span:
     start: float
     rss_before: int
     end: float = 0.0
+    cpu: float = 0.0  # user + system seconds of every thread: what a busy shared machine does not inflate
     rss_after: int = 0
     peak: int = 0
     calls: int = 1
@@ -106,13 +119,14 @@ class Profile:
         if span is None:
             span = parent.children[label] = Span(label, parent.depth + 1, 0.0, rss, peak=rss, calls=0)
         span.calls += 1
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self._stack.append(span)
         try:
             yield span
         finally:
             span.rss_after = self._fold()
             span.end += time.perf_counter() - start
+            span.cpu += time.process_time() - cpu
             self._stack.pop()
 
     def wrap(self, where: str, attr: str, label: str) -> None:
@@ -133,17 +147,39 @@ class Profile:
 
         setattr(owner, attr, kind(timed) if kind else timed)
 
-    def table(self, weights: int, baseline: int) -> str:
-        rows = [("phase", "s", "RSS before GB", "RSS after GB", "peak GB", "extra/w")]
+    def spans(self) -> list[Span]:
+        """Every phase, depth first, in the order they first ran."""
+        found: list[Span] = []
 
         def walk(span: Span) -> None:
             for child in span.children.values():
-                label = "  " * child.depth + child.label + (f" x{child.calls}" if child.calls > 1 else "")
-                rows.append((label, f"{child.end:.1f}", f"{child.rss_before / GB:.2f}", f"{child.rss_after / GB:.2f}",
-                             f"{child.peak / GB:.2f}", f"{max(0, child.peak - baseline) / weights:.2f}x"))
+                found.append(child)
                 walk(child)
 
         walk(self.root)
+        return found
+
+    def seconds(self, label: str) -> float:
+        """Total seconds of every phase named ``label``, at any depth, not counting nested repeats twice."""
+        total = 0.0
+
+        def walk(span: Span) -> None:
+            nonlocal total
+            for child in span.children.values():
+                if child.label == label:
+                    total += child.end
+                else:
+                    walk(child)
+
+        walk(self.root)
+        return total
+
+    def table(self, weights: int, baseline: int) -> str:
+        rows = [("phase", "s", "cpu s", "RSS before GB", "RSS after GB", "peak GB", "extra/w")]
+        for span in self.spans():
+            label = "  " * span.depth + span.label + (f" x{span.calls}" if span.calls > 1 else "")
+            rows.append((label, f"{span.end:.1f}", f"{span.cpu:.1f}", f"{span.rss_before / GB:.2f}", f"{span.rss_after / GB:.2f}",
+                         f"{span.peak / GB:.2f}", f"{max(0, span.peak - baseline) / weights:.2f}x"))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
                  for row in rows]
@@ -153,16 +189,153 @@ class Profile:
 
 def make_checkpoint(layers: int, cache_dir: Path) -> Path:
     """The Qwen3-0.6B shape with ``layers`` layers, random fp16 weights, saved once."""
-    path = cache_dir / f"qwen3-0.6b-shape-{layers}l-fp16"
+    import transformers
+
+    return save_checkpoint(transformers.Qwen3Config(num_hidden_layers=layers, **QWEN3_06B),
+                           cache_dir / f"qwen3-0.6b-shape-{layers}l-fp16")
+
+
+def save_checkpoint(config: Any, path: Path) -> Path:
+    """A checkpoint of ``config`` with random fp16 weights (seed 0) at ``path``, made once."""
     if (path / "config.json").exists():
         return path
     import torch
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.Qwen3Config(num_hidden_layers=layers, **QWEN3_06B)
     transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float16).save_pretrained(path)
     return path
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of the model's parameters and buffers, a tied tensor counted once."""
+    tensors = {t.data_ptr(): t for t in model.state_dict().values()}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+@dataclass
+class Measurement:
+    """What :func:`measure_export` saw: weights, RSS baseline and peak, output size, phases."""
+
+    profile: Profile
+    weights: int
+    baseline: int
+    output: Path
+    size: int
+    seconds: float  # model loaded -> file written
+    cpu: float
+
+    @property
+    def extra_over_weights(self) -> float:
+        return max(0, self.profile.peak - self.baseline) / self.weights
+
+    def report(self, name: str, oneshot: bool) -> str:
+        return (f"{name}: {self.weights / GB:.3f} GB of weights, {'coreai-torch one shot' if oneshot else 'plugin'}\n"
+                f"RSS with the model loaded {self.baseline / GB:.2f} GB; peak {self.profile.peak / GB:.2f} GB; "
+                f"extra peak {self.extra_over_weights:.2f}x the weights; output {self.size / GB:.3f} GB; "
+                f"export {self.seconds:.1f} s ({self.cpu:.1f} s of CPU)\n\n{self.profile.table(self.weights, self.baseline)}")
+
+
+def measure_export(
+    load: Callable[[], Any],
+    out: Path,
+    *,
+    max_context_len: int,
+    prefill_chunk: int,
+    oneshot: bool = False,
+    profile: Profile | None = None,
+) -> tuple[Any, Measurement]:
+    """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
+
+    The plugin path is :func:`coreai_partitioner.hf.lower_decoder`, ``to_executorch``
+    and ``write_to_file`` (what ``examples/export_llm.py`` does), dynamic ``T``
+    up to ``prefill_chunk`` over a cache of ``max_context_len``; ``oneshot``
+    is coreai-torch's ``TorchConverter`` with the same composites, ``to_coreai``
+    and ``save_asset`` (``out`` with the ``.aimodel`` suffix).
+    """
+    profile = profile or Profile()
+    with profile.phase("import"):
+        import torch
+
+        from coreai_partitioner import hf
+
+        for where, attr, label in PHASES:
+            profile.wrap(where, attr, label)
+    shapes = hf.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk)
+    with profile.phase("load"):
+        model = load()
+    weights = weight_bytes(model)
+    with profile.phase("page in weights"):  # safetensors are mmap'd: count them in the baseline
+        for tensor in {t.data_ptr(): t for t in model.state_dict().values()}.values():
+            float(tensor.reshape(-1).view(torch.uint8)[::4096].sum())
+    baseline = _status()[0]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started, cpu = time.perf_counter(), time.process_time()
+    if oneshot:
+        out = _oneshot(model, shapes, out.with_suffix(".aimodel"), profile)
+        size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
+    else:
+        lowered = hf.lower_decoder(model, shapes)
+        with profile.phase("to_executorch"):
+            executorch_program = lowered.to_executorch()
+        with profile.phase("write_to_file"):
+            with open(out, "wb") as file:
+                executorch_program.write_to_file(file)
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        with profile.phase("release"):
+            del executorch_program, lowered
+        size = out.stat().st_size
+        return model, Measurement(profile, weights, baseline, out, size, seconds, cpu)
+    return model, Measurement(profile, weights, baseline, out, size, time.perf_counter() - started,
+                              time.process_time() - cpu)
+
+
+def _oneshot(model: Any, shapes: Any, out: Path, profile: Profile) -> Path:
+    import torch
+    from coreai_torch import TorchConverter, get_decomp_table
+
+    from coreai_partitioner import default_specs, hf
+
+    # The same forward as the plugin's: T symbolic from 1 to the prefill chunk.
+    tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
+    sample = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
+
+    def export_fn(module):
+        with torch.no_grad():
+            program = torch.export.export(module, sample, dynamic_shapes=({1: tokens_dim}, {0: tokens_dim}))
+            return program.run_decompositions(get_decomp_table())
+
+    with hf.coreai_composites(model):
+        decoder = hf.StaticCacheDecoder(model, shapes.max_context_len).eval()
+        with profile.phase("oneshot: export + externalize"):
+            converter = TorchConverter().add_pytorch_module(
+                decoder, export_fn=export_fn, externalize_modules=default_specs()
+            )
+        with profile.phase("oneshot: to_coreai"):
+            program = converter.to_coreai()
+        with profile.phase("oneshot: save_asset"):
+            shutil.rmtree(out, ignore_errors=True)
+            program.save_asset(out)
+    return out
+
+
+def summarize(out: Path, profile: Profile) -> None:
+    """Read the .pte back and summarize its assets' IR, as ``python -m coreai_partitioner inspect`` does."""
+    from coreai_partitioner.assets import asset_ir, summarize_ir
+    from coreai_partitioner.pte import read_pte
+
+    with profile.phase("summary"):
+        with profile.phase("read_pte"):
+            pte = read_pte(out)
+        with tempfile.TemporaryDirectory() as directory:
+            for delegate in pte.coreai_delegates():
+                with profile.phase("write asset"):
+                    path = delegate.asset_path(directory)
+                with profile.phase("load + print IR (coreai-core)"):
+                    ir = asset_ir(path)
+                with profile.phase("summarize IR"):
+                    summarize_ir(ir)
+                del ir
 
 
 def main() -> None:
@@ -178,101 +351,23 @@ def main() -> None:
     args = parser.parse_args()
 
     started = time.perf_counter()
+    checkpoint = args.checkpoint or make_checkpoint(args.layers, args.cache_dir)
     profile = Profile()
-    with profile.phase("import"):
+
+    def load():
         import torch
         from transformers import AutoModelForCausalLM
 
-        from coreai_partitioner import hf
-    for where, attr, label in PHASES:
-        profile.wrap(where, attr, label)
+        return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float16, local_files_only=True).eval()
 
-    checkpoint = args.checkpoint or make_checkpoint(args.layers, args.cache_dir)
-    with profile.phase("load"):
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float16, local_files_only=True).eval()
-    tensors = {t.data_ptr(): t for t in model.state_dict().values()}  # tied weights once
-    weights = sum(t.numel() * t.element_size() for t in tensors.values())
-    with profile.phase("page in weights"):  # safetensors are mmap'd: count them in the baseline
-        for tensor in tensors.values():
-            float(tensor.reshape(-1).view(torch.uint8)[::4096].sum())
-    baseline = _status()[0]
-    shapes = hf.DecoderShapes(max_context_len=args.max_context_len, prefill_chunk=args.prefill_chunk)
     out = args.out or Path(tempfile.gettempdir()) / f"memory_profile_{os.getpid()}.pte"
-
-    if args.oneshot:
-        from coreai_torch import TorchConverter, get_decomp_table
-
-        from coreai_partitioner import default_specs
-
-        sample = (torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long))
-
-        def export_fn(module):
-            with torch.no_grad():
-                return torch.export.export(module, sample).run_decompositions(get_decomp_table())
-
-        with hf.coreai_composites(model):
-            decoder = hf.StaticCacheDecoder(model, args.max_context_len).eval()
-            with profile.phase("oneshot: export + externalize"):
-                converter = TorchConverter().add_pytorch_module(
-                    decoder, export_fn=export_fn, externalize_modules=default_specs()
-                )
-            with profile.phase("oneshot: to_coreai"):
-                program = converter.to_coreai()
-            with profile.phase("oneshot: save_asset"):
-                import shutil
-
-                out = out.with_suffix(".aimodel")
-                shutil.rmtree(out, ignore_errors=True)
-                program.save_asset(out)
-        size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    else:
-        with profile.phase("export + externalize"):
-            program, records = hf.export_decoder(model, shapes)
-        from executorch.exir import to_edge_transform_and_lower
-
-        from coreai_partitioner import CoreAIPartitioner, get_default_compile_config
-        from coreai_partitioner.passes import get_default_passes
-
-        with profile.phase("to_edge_transform_and_lower"):
-            lowered = to_edge_transform_and_lower(
-                program,
-                partitioner=[CoreAIPartitioner(externalized_modules=records,
-                                               input_enumerations=shapes.input_enumerations())],
-                compile_config=get_default_compile_config(),
-                transform_passes=get_default_passes(),
-                constant_methods=hf.runner_metadata(model, shapes),
-            )
-        del program
-        with profile.phase("to_executorch"):
-            executorch_program = lowered.to_executorch()
-        with profile.phase("write_to_file"):
-            with open(out, "wb") as file:
-                executorch_program.write_to_file(file)
-        with profile.phase("release"):
-            del executorch_program, lowered
-        size = out.stat().st_size
-        if args.summary:
-            from coreai_partitioner.assets import asset_ir, summarize_ir
-            from coreai_partitioner.pte import read_pte
-
-            with profile.phase("summary"):
-                with profile.phase("read_pte"):
-                    pte = read_pte(out)
-                with tempfile.TemporaryDirectory() as directory:
-                    for delegate in pte.coreai_delegates():
-                        with profile.phase("write asset"):
-                            path = delegate.asset_path(directory)
-                        with profile.phase("load + print IR (coreai-core)"):
-                            ir = asset_ir(path)
-                        with profile.phase("summarize IR"):
-                            summarize_ir(ir)
-                        del ir
-
-    print(f"\n{checkpoint.name}: {weights / GB:.3f} GB of weights, {'coreai-torch one shot' if args.oneshot else 'plugin'}")
-    print(f"RSS with the model loaded {baseline / GB:.2f} GB; peak {profile.peak / GB:.2f} GB; "
-          f"extra peak {(profile.peak - baseline) / weights:.2f}x the weights; "
-          f"output {size / GB:.3f} GB; {time.perf_counter() - started:.1f} s\n")
-    print(profile.table(weights, baseline))
+    _, measurement = measure_export(load, out, max_context_len=args.max_context_len,
+                                    prefill_chunk=args.prefill_chunk, oneshot=args.oneshot, profile=profile)
+    if args.summary and not args.oneshot:
+        summarize(measurement.output, profile)
+    print()
+    print(measurement.report(checkpoint.name, args.oneshot))
+    print(f"\nprocess {time.perf_counter() - started:.1f} s")
     sys.stdout.flush()
 
 

@@ -1,0 +1,432 @@
+"""LLM export at scale: export cost, .pte size and runtime speed of hf.lower_decoder, against coreai-torch's one shot.
+
+    python benchmarks/llm.py --cache-dir CKPTS                         # every row; writes benchmarks/results/llm.*
+    python benchmarks/llm.py --cache-dir CKPTS --rows qwen3 qwen3-0.6b-28l
+    python benchmarks/llm.py --load benchmarks/results/llm.json        # the table and plot again
+
+Rows: the tiny Llama, Qwen2, Qwen3 and Mistral configs (``hf.tiny_config``,
+fp32), the Qwen3-0.6B shape at 14 and 28 layers and a Llama-3.2-1B shape
+(fp16, random weights saved once under ``--cache-dir`` with
+``save_pretrained`` and loaded back with ``from_pretrained``; nothing is
+downloaded).  Every row is two processes, one after the other: the plugin
+path (``hf.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
+``examples/export_llm.py`` does) and coreai-torch's one-shot conversion of
+the same model.  Time and exact peak RSS per phase come from
+``memory_profile.measure_export``.  The plugin process then loads the
+``.pte`` in ExecuTorch's runtime (host Core AI backend) and times a 64-token
+prompt as one ``forward`` call and as 64 single-token calls (warm, median),
+greedy decode tokens/s, and checks the one-call prefill's logits against
+Hugging Face eager.  "export" is from the loaded model to the written file;
+imports and loading are apart.  "extra/w" is peak RSS above the loaded
+model, over the weight bytes (a tied embedding counted once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import memory_profile  # noqa: E402
+from memory_profile import GB, QWEN3_06B  # noqa: E402
+
+PROMPT = 64
+DECODE = 32
+MAX_CONTEXT_LEN = 128
+
+#: name -> (how to build it, dtype, layers): "tiny:<kind>" or a checkpoint recipe.
+ROWS = {
+    "llama": ("tiny:llama", "fp32", 2),
+    "qwen2": ("tiny:qwen2", "fp32", 2),
+    "qwen3": ("tiny:qwen3", "fp32", 2),
+    "mistral": ("tiny:mistral", "fp32", 2),
+    "qwen3-0.6b-14l": ("qwen3-0.6b", "fp16", 14),
+    "qwen3-0.6b-28l": ("qwen3-0.6b", "fp16", 28),
+    "llama-3.2-1b": ("llama-3.2-1b", "fp16", 16),
+}
+PATHS = ("plugin", "oneshot")
+
+
+def checkpoint_config(recipe: str, layers: int) -> Any:
+    import transformers
+
+    if recipe == "qwen3-0.6b":
+        return transformers.Qwen3Config(num_hidden_layers=layers, **QWEN3_06B)
+    if recipe == "llama-3.2-1b":
+        return transformers.LlamaConfig(
+            vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
+            num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=True, head_dim=64,
+        )
+    raise ValueError(f"no checkpoint recipe {recipe!r}")
+
+
+def model_loader(name: str, cache_dir: Path):
+    """A ``load()`` for :func:`memory_profile.measure_export`; a checkpoint is saved first if missing."""
+    import torch
+
+    recipe, dtype_name, layers = ROWS[name]
+    dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
+    if recipe.startswith("tiny:"):
+        def load():
+            from transformers import AutoModelForCausalLM
+
+            from coreai_partitioner import hf
+
+            torch.manual_seed(0)
+            return AutoModelForCausalLM.from_config(hf.tiny_config(recipe[5:])).to(dtype).eval()
+
+        return load
+    path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),
+                                          cache_dir / f"{recipe}-shape-{layers}l-fp16")
+
+    def load():
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).eval()
+
+    return load
+
+
+# ---------------------------------------------------------------- one process: one row, one path
+
+
+def _tree(span: memory_profile.Span) -> dict:
+    return {"label": span.label, "s": span.end, "cpu": span.cpu, "calls": span.calls, "rss_before": span.rss_before,
+            "rss_after": span.rss_after, "peak": span.peak, "children": [_tree(c) for c in span.children.values()]}
+
+
+def time_runtime(pte: Path, model: Any) -> dict:
+    """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs eager."""
+    import torch
+
+    from coreai_partitioner import load_runtime_backend, verify
+    from executorch.runtime import Runtime
+
+    load_runtime_backend()
+    start = time.perf_counter()
+    program = Runtime.get().load_program(str(pte))
+    method = program.load_method("forward")
+    load_s = time.perf_counter() - start
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, model.config.vocab_size, (1, PROMPT), generator=generator)
+    positions = torch.arange(PROMPT)
+
+    def one_call():
+        return method.execute([prompt, positions])[0]
+
+    def token_by_token():
+        for i in range(PROMPT):
+            logits = method.execute([prompt[:, i : i + 1], positions[i : i + 1]])[0]
+        return logits
+
+    def timed(fn, repeats):
+        seconds = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            seconds.append(time.perf_counter() - start)
+        return statistics.median(seconds), seconds
+
+    cold, _ = timed(one_call, 1)  # compiles on first use
+    single_cold, _ = timed(lambda: method.execute([prompt[:, :1], positions[:1]]), 1)
+    one, _ = timed(one_call, 5)
+    per_token, _ = timed(token_by_token, 2)
+    logits = one_call()  # the cache now holds the prompt
+    tokens = [int(logits[0, -1].argmax())]
+    start = time.perf_counter()
+    for i in range(DECODE):
+        logits = method.execute([torch.tensor([[tokens[-1]]]), torch.tensor([PROMPT + i])])[0]
+        tokens.append(int(logits[0, -1].argmax()))
+    decode_s = time.perf_counter() - start
+    got = one_call()
+    with torch.no_grad():
+        expected = model(prompt).logits
+    atol, rtol = verify.default_tolerances(expected.dtype)
+    error = (got.float() - expected.float()).abs()
+    return {
+        "load_pte_s": load_s,
+        "ttft_cold_s": cold,
+        "single_cold_s": single_cold,
+        "ttft_one_call_s": one,
+        "ttft_token_by_token_s": per_token,
+        "decode_tokens_per_s": DECODE / decode_s,
+        "prefill_max_abs_err": float(error.max()),
+        "prefill_matches_eager": bool(torch.allclose(got.float(), expected.float(), atol=atol, rtol=rtol)),
+        "tolerance": [atol, rtol],
+    }
+
+
+def worker(name: str, path: str, cache_dir: Path, out_dir: Path) -> dict:
+    started = time.perf_counter()
+    load = model_loader(name, cache_dir)
+    profile = memory_profile.Profile()
+    out = out_dir / f"{name}.pte"
+    model, measurement = memory_profile.measure_export(
+        load, out, max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PROMPT, oneshot=path == "oneshot", profile=profile
+    )
+    print(measurement.report(name, path == "oneshot"), flush=True)
+    result = {
+        "row": name, "path": path, "dtype": ROWS[name][1], "layers": model.config.num_hidden_layers,
+        "weights": measurement.weights, "baseline": measurement.baseline, "peak": profile.peak,
+        "extra_over_weights": measurement.extra_over_weights, "size": measurement.size,
+        "export_s": measurement.seconds, "export_cpu_s": measurement.cpu, "phases": _tree(profile.root)["children"],
+        "table": profile.table(measurement.weights, measurement.baseline),
+    }
+    if path == "plugin":
+        result.update(time_runtime(out, model))
+    if out.exists():
+        out.unlink()
+    result["process_s"] = time.perf_counter() - started
+    return result
+
+
+# ---------------------------------------------------------------- driver: every row in its own processes
+
+
+def _find(phases: list[dict], *labels: str) -> dict | None:
+    """The phase reached by following ``labels`` down the tree, each found at any depth below the last."""
+    for phase in phases:
+        if phase["label"] == labels[0]:
+            return phase if len(labels) == 1 else _find(phase["children"], *labels[1:])
+        found = _find(phase["children"], *labels)
+        if found is not None:
+            return found
+    return None
+
+
+def seconds(result: dict, *labels: str) -> float:
+    phase = _find(result["phases"], *labels)
+    return phase["s"] if phase else 0.0
+
+
+#: Columns of the export-time breakdown: (heading, phase path).
+BREAKDOWN = (
+    ("externalize", ("export + externalize",)),
+    ("  torch.export", ("export + externalize", "torch.export")),
+    ("  decompose", ("export + externalize", "run_decompositions")),
+    ("  sub-exports", ("export + externalize", "sub-exports")),
+    ("to_edge", ("to_edge",)),
+    ("  decompose", ("to_edge", "run_decompositions")),
+    ("  verifier", ("to_edge", "verifier")),
+    ("to_backend", ("to_backend",)),
+    ("  preprocess", ("to_backend", "preprocess")),
+    ("to_executorch", ("to_executorch",)),
+    ("write", ("write_to_file",)),
+)
+
+
+def run_row(name: str, path: str, args: argparse.Namespace) -> dict | None:
+    log = args.work_dir / "logs" / f"{name}-{path}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    result_file = args.work_dir / f"{name}-{path}.json"
+    result_file.unlink(missing_ok=True)
+    command = [sys.executable, __file__, "--worker", name, path, "--cache-dir", str(args.cache_dir),
+               "--work-dir", str(args.work_dir)]
+    print(f"{name} ({path}) ...", end=" ", flush=True)
+    start = time.perf_counter()
+    with open(log, "w") as file:
+        code = subprocess.run(command, stdout=file, stderr=subprocess.STDOUT).returncode
+    if code != 0 or not result_file.exists():
+        print(f"FAILED (exit {code}); see {log}")
+        return {"row": name, "path": path, "failed": f"exit {code}, log {log}"}
+    print(f"{time.perf_counter() - start:.0f} s")
+    return json.loads(result_file.read_text())
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def tables(results: list[dict]) -> str:
+    plugin = {r["row"]: r for r in results if r["path"] == "plugin"}
+    oneshot = {r["row"]: r for r in results if r["path"] == "oneshot"}
+    rows = [r for r in ROWS if r in plugin or r in oneshot]
+    head = ["row", "dtype", "layers", "weights MB", "export s", "cpu s", "import s", "load s", "extra/w", ".pte/w",
+            "TTFT 1 call ms", "TTFT 64 calls ms", "speedup", "decode tok/s", "prefill vs eager",
+            "one-shot s", "one-shot cpu s", "one-shot extra/w"]
+    lines = []
+    for name in rows:
+        p, o = plugin.get(name, {}), oneshot.get(name, {})
+        ok = bool(p) and "failed" not in p
+        lines.append([
+            name, ROWS[name][1], str(ROWS[name][2]),
+            _fmt(p.get("weights", o.get("weights", 0)) / 1e6 if ok else None, ".1f"),
+            _fmt(p.get("export_s") if ok else None, ".1f"),
+            _fmt(p.get("export_cpu_s") if ok else None, ".1f"),
+            _fmt(seconds(p, "import") if ok else None, ".1f"),
+            _fmt(seconds(p, "load") if ok else None, ".1f"),
+            _fmt(p.get("extra_over_weights"), ".2f"),
+            _fmt(p["size"] / p["weights"] if ok else None, ".3f"),
+            _fmt(1e3 * p["ttft_one_call_s"] if "ttft_one_call_s" in p else None, ".0f"),
+            _fmt(1e3 * p["ttft_token_by_token_s"] if "ttft_token_by_token_s" in p else None, ".0f"),
+            _fmt(p["ttft_token_by_token_s"] / p["ttft_one_call_s"] if "ttft_one_call_s" in p else None, ".1f"),
+            _fmt(p.get("decode_tokens_per_s"), ".1f"),
+            ("ok" if p["prefill_matches_eager"] else "MISMATCH") + f" ({p['prefill_max_abs_err']:.1e})"
+            if "prefill_matches_eager" in p else "-",
+            _fmt(o.get("export_s"), ".1f"),
+            _fmt(o.get("export_cpu_s"), ".1f"),
+            _fmt(o.get("extra_over_weights"), ".2f"),
+        ])
+    out = [_grid(head, lines)]
+    breakdown = [[name] + [_fmt(seconds(plugin[name], *labels), ".1f") for _, labels in BREAKDOWN]
+                 + [_fmt(plugin[name]["export_s"], ".1f")]
+                 for name in rows if name in plugin and "failed" not in plugin[name]]
+    out.append("plugin export time by phase, s (indented: inside the phase above)\n"
+               + _grid(["row"] + [h for h, _ in BREAKDOWN] + ["total"], breakdown))
+    out.append("targets\n" + "\n".join(targets(plugin, oneshot)))
+    failed = [f"{r['row']} ({r['path']}): {r['failed']}" for r in results if "failed" in r]
+    if failed:
+        out.append("failed\n" + "\n".join(failed))
+    return "\n\n".join(out)
+
+
+def _grid(head: list[str], lines: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [head, *lines]) for i in range(len(head))]
+    text = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+            for row in [head, *lines]]
+    text.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(text)
+
+
+def targets(plugin: dict, oneshot: dict) -> list[str]:
+    lines = []
+
+    def check(ok: bool | None, text: str) -> None:
+        lines.append(f"  {'-' if ok is None else 'ok' if ok else 'MISSED':6}  {text}")
+
+    def good(name: str, results: dict) -> dict | None:
+        r = results.get(name)
+        return r if r and "failed" not in r else None
+
+    big = good("qwen3-0.6b-28l", plugin)
+    big_oneshot = good("qwen3-0.6b-28l", oneshot)
+    if big:
+        check(big["extra_over_weights"] < 2, f"0.6B: peak RSS over the loaded model {big['extra_over_weights']:.2f}x weights < 2x")
+        check(big["export_s"] < 60, f"0.6B: whole export {big['export_s']:.1f} s < 60 s (2 shared cores; "
+              f"+{seconds(big, 'import'):.1f} s imports, {seconds(big, 'load'):.1f} s load)")
+    if big and big_oneshot:
+        check(big["export_s"] < big_oneshot["export_s"],
+              f"0.6B: export time {big['export_s']:.1f} s vs one shot {big_oneshot['export_s']:.1f} s")
+        check(big["extra_over_weights"] < big_oneshot["extra_over_weights"],
+              f"0.6B: extra peak {big['extra_over_weights']:.2f}x vs one shot {big_oneshot['extra_over_weights']:.2f}x")
+    half = good("qwen3-0.6b-14l", plugin)
+    if big and half:
+        time_ratio = big["export_s"] / half["export_s"]
+        memory_ratio = (big["peak"] - big["baseline"]) / max(1, half["peak"] - half["baseline"])
+        check(time_ratio <= 2.2, f"14 -> 28 layers: export time x{time_ratio:.2f} <= 2.2")
+        check(memory_ratio <= 2.2, f"14 -> 28 layers: extra peak memory x{memory_ratio:.2f} <= 2.2 "
+              f"({(half['peak'] - half['baseline']) / GB:.2f} -> {(big['peak'] - big['baseline']) / GB:.2f} GB)")
+    one_b = plugin.get("llama-3.2-1b")
+    if one_b:
+        check("failed" not in one_b, "Llama-3.2-1B shape exports on this 24 GB machine"
+              + (f" (peak {one_b['peak'] / GB:.1f} GB, {one_b['extra_over_weights']:.2f}x extra)" if "peak" in one_b else ""))
+    for name in ROWS:
+        r = good(name, plugin)
+        if r:
+            check(r["size"] / r["weights"] <= 1.05, f"{name}: .pte {r['size'] / r['weights']:.3f}x weights <= 1.05 "
+                  f"({(r['size'] - r['weights']) / 1e3:,.0f} kB above the weights)")
+    for name in ROWS:
+        r = good(name, plugin)
+        if r and "ttft_one_call_s" in r:
+            speedup = r["ttft_token_by_token_s"] / r["ttft_one_call_s"]
+            check(speedup >= 10, f"{name}: one-call prefill {speedup:.1f}x faster than 64 single calls >= 10x")
+    for name in ROWS:
+        r = good(name, plugin)
+        if r and "prefill_matches_eager" in r:
+            check(r["prefill_matches_eager"], f"{name}: one-call prefill logits from the .pte match HF eager "
+                  f"(max abs err {r['prefill_max_abs_err']:.1e}, atol/rtol {r['tolerance'][0]:g}/{r['tolerance'][1]:g})")
+    return lines
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plugin = {r["row"]: r for r in results if r["path"] == "plugin" and "failed" not in r}
+    oneshot = {r["row"]: r for r in results if r["path"] == "oneshot" and "failed" not in r}
+    names = [n for n in ROWS if n in plugin]
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.8))
+    x = range(len(names))
+    bottom = [0.0] * len(names)
+    for heading, labels in BREAKDOWN:
+        if heading.startswith("  "):
+            continue
+        values = [seconds(plugin[n], *labels) for n in names]
+        left.bar(x, values, 0.4, bottom=bottom, label=heading)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    left.bar([i + 0.4 for i in x], [oneshot[n]["export_s"] if n in oneshot else 0 for n in names], 0.4,
+             color="grey", label="coreai-torch one shot")
+    left.axhline(60, color="red", linestyle="--", linewidth=1, label="60 s target")
+    left.set_ylabel("export s (loaded model -> file)")
+    left.set_title("export time")
+    left.legend(fontsize=7)
+    middle.bar([i - 0.2 for i in x], [plugin[n]["extra_over_weights"] for n in names], 0.4, label="plugin")
+    middle.bar([i + 0.2 for i in x], [oneshot[n]["extra_over_weights"] if n in oneshot else 0 for n in names], 0.4,
+               color="grey", label="coreai-torch one shot")
+    middle.axhline(2, color="red", linestyle="--", linewidth=1, label="2x target")
+    middle.set_ylabel("peak RSS above the loaded model / weights")
+    middle.set_title("export peak memory")
+    middle.legend(fontsize=7)
+    timed = [n for n in names if "ttft_one_call_s" in plugin[n]]
+    xt = range(len(timed))
+    right.bar([i - 0.2 for i in xt], [1e3 * plugin[n]["ttft_one_call_s"] for n in timed], 0.4, label="one call")
+    right.bar([i + 0.2 for i in xt], [1e3 * plugin[n]["ttft_token_by_token_s"] for n in timed], 0.4,
+              label=f"{PROMPT} single-token calls")
+    right.set_yscale("log")
+    right.set_ylabel(f"ms to first token, {PROMPT}-token prompt")
+    right.set_title("prefill from the .pte (ExecuTorch runtime)")
+    right.legend(fontsize=7)
+    for axis, labels in ((left, names), (middle, names), (right, timed)):
+        axis.set_xticks(range(len(labels)))
+        axis.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "coreai_llm_checkpoints",
+                        help="where the random-weight checkpoints are saved once")
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "coreai_llm_bench",
+                        help=".pte files (deleted after each row), logs and per-row JSON")
+    parser.add_argument("--results", type=Path, default=HERE / "results", help="llm.json, llm.txt, llm.png go here")
+    parser.add_argument("--load", type=Path, help="print and plot a saved llm.json instead of running")
+    parser.add_argument("--worker", nargs=2, metavar=("ROW", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        name, path = args.worker
+        result = worker(name, path, args.cache_dir, args.work_dir)
+        (args.work_dir / f"{name}-{path}.json").write_text(json.dumps(result))
+        return
+    if args.load:
+        results = json.loads(args.load.read_text())["results"]
+    else:
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        results = [run_row(name, path, args) for name in args.rows for path in args.paths]
+        args.results.mkdir(parents=True, exist_ok=True)
+        meta = {"cores": os.cpu_count(), "prompt": PROMPT, "decode": DECODE, "max_context_len": MAX_CONTEXT_LEN}
+        (args.results / "llm.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    text = tables(results)
+    print("\n" + text)
+    if not args.load:
+        (args.results / "llm.txt").write_text(text + "\n")
+        plot(results, args.results / "llm.png")
+        print(f"\nwrote {args.results / 'llm.json'}, llm.txt, llm.png")
+
+
+if __name__ == "__main__":
+    main()

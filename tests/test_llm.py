@@ -186,7 +186,8 @@ def test_enumerated_prefill_calls_pad_a_short_chunk():
 # ---------------------------------------------------------------- lowered, run on the Core AI runtime
 #
 # Each (kind, dtype, mode) is lowered once per session; tests share the .pte.
-# fp32 covers all four architectures; fp16 two of them; TextLLMRunner runs twice.
+# fp32 covers all four architectures in the dynamic mode; fp16 two of them (one per mode);
+# TextLLMRunner runs twice.  Seven lowerings in all.
 
 DYNAMIC_CASES = [
     ("llama", torch.float32),
@@ -194,7 +195,6 @@ DYNAMIC_CASES = [
     ("qwen3", torch.float32),
     ("mistral", torch.float32),
     ("qwen3", torch.float16),
-    ("mistral", torch.float16),
 ]
 ENUMERATED_CASES = [("llama", torch.float32), ("qwen2", torch.float16)]
 
@@ -222,9 +222,37 @@ def prompt_tokens(length: int = 8) -> torch.Tensor:
     return torch.randint(3, 256, (1, length), generator=torch.Generator().manual_seed(1))
 
 
-def hf_greedy(model, prompt: list[int], new_tokens: int) -> list[int]:
+def hf_greedy(model, prompt: list[int], new_tokens: int) -> tuple[list[int], list[float]]:
+    """Hugging Face ``generate``'s greedy new tokens, and at each step the margin between its top two logits."""
     with torch.no_grad():
-        return model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[0].tolist()
+        out = model.generate(
+            torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+            output_scores=True, return_dict_in_generate=True,
+        )
+    top2 = [scores[0].float().topk(2).values for scores in out.scores]
+    return out.sequences[0, len(prompt) :].tolist(), [float(a - b) for a, b in top2]
+
+
+#: Logit margins below which two tokens tie: fp16 resolves about 1e-3 at the logits' scale.
+TIES = {torch.float32: 1e-5, torch.float16: 2e-3}
+
+
+def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int) -> None:
+    """``got`` (new tokens) is HF's greedy continuation of ``prompt``.
+
+    A token may differ only where HF's top two logits tie (fp16 ties are real
+    in a random tiny model: either side may pick either token); the sequences
+    owe each other nothing after that.  ``got`` may end where HF generates EOS
+    (ExecuTorch's runner prints nothing for it).
+    """
+    wanted, margins = hf_greedy(model, prompt, new_tokens)
+    for step, (expected, margin) in enumerate(zip(wanted, margins)):
+        if step == len(got):
+            assert expected == model.config.eos_token_id, f"stopped after {got}; HF goes on: {wanted}"
+            return
+        if got[step] != expected:
+            assert margin < TIES[model.dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
+            return
 
 
 @pytest.mark.slow
@@ -246,8 +274,7 @@ def test_dynamic_pte_prefills_in_one_call_and_generates_hf_greedy_tokens(kind, d
 
     start = prompt[0, :5].tolist()
     got = hf.greedy_decode(path, start, 8, SHAPES)  # one prefill call, then T = 1 steps
-    wanted = hf_greedy(model, start, 8)
-    assert got[: len(wanted)] == wanted
+    assert_hf_greedy(got[5:], model, start, 8)
 
 
 @pytest.mark.slow
@@ -278,10 +305,7 @@ def test_text_llm_runner_generates_hf_greedy_tokens_from_the_pte(kind, dtype, ex
     model, path = exported(kind, dtype, SHAPES)
     prompt = "Hello, Core AI"
     ids = hf.byte_tokenizer(model.config).encode(prompt).ids
-    wanted = hf_greedy(model, ids, 10)[len(ids) :]
-    eos = model.config.eos_token_id
-    wanted = wanted[: wanted.index(eos)] if eos in wanted else wanted  # the runner stops there and prints nothing
-    assert runner_tokens(path, prompt, 10)[: len(wanted)] == wanted
+    assert_hf_greedy(runner_tokens(path, prompt, 10), model, ids, 10)
 
 
 def enumerated_greedy(path, prompt: list[int], new_tokens: int, shapes: hf.DecoderShapes) -> tuple[list[int], torch.Tensor]:
@@ -337,8 +361,7 @@ def test_enumerated_pte_has_one_asset_with_t_1_and_t_chunk_sharing_the_weights_a
 
     start = prompt[0, :5].tolist()  # padded to the chunk, then T = 1 steps
     got, _ = enumerated_greedy(path, start, 8, ENUMERATED)
-    wanted = hf_greedy(model, start, 8)
-    assert got[: len(wanted)] == wanted
+    assert_hf_greedy(got[5:], model, start, 8)
 
 
 @pytest.mark.slow
@@ -350,4 +373,4 @@ def test_enumerated_pte_has_one_asset_with_t_1_and_t_chunk_sharing_the_weights_a
 def test_enumerated_pte_runs_in_executorchs_runtime(exported):
     model, path = exported("llama", torch.float32, ENUMERATED)
     start = prompt_tokens()[0, :5].tolist()
-    assert hf.greedy_decode(path, start, 8, ENUMERATED) == hf_greedy(model, start, 8)
+    assert_hf_greedy(hf.greedy_decode(path, start, 8, ENUMERATED)[5:], model, start, 8)

@@ -41,6 +41,7 @@ def lowered_prefill(model: torch.nn.Module, tokens: torch.Tensor, before_export=
     return lower(ep, records)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kind, dtype, norms",
     [
@@ -70,6 +71,7 @@ def test_prefill_keeps_composites_and_matches_hf_eager(kind, dtype, norms):
     report.raise_for_mismatch()
 
 
+@pytest.mark.slow
 def test_int8_weights_lower_and_match_the_quantized_eager_model():
     from coremltools.optimize.torch.quantization import PostTrainingQuantizer, PostTrainingQuantizerConfig
 

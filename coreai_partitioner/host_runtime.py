@@ -285,7 +285,7 @@ class _Delegate:
                     f"the asset declares {self.output_dtypes[i]}"
                 )
             out = self.output_structs[i]
-            out.data = array.ctypes.data
+            out.data = _address(array)
             out.nbytes = array.nbytes
             out.dtype = self.output_codes[i]
             out.rank = array.ndim
@@ -317,6 +317,41 @@ _delegates: dict[int, _Delegate] = {}
 _ids = itertools.count(1)
 
 
+class _OneThreadAtATime:
+    """Refuses a delegate's load or run while another thread is inside one.
+
+    ExecuTorch's Python binding swaps ``std::cout`` on entering each call and
+    restores it on return, which is only safe while calls nest.  A delegate
+    waits for coreai-core with the GIL released, so another thread could enter
+    ExecuTorch meanwhile and return after the first, leaving ``std::cout`` on a
+    freed buffer (the process then crashes at exit).  Refused at once, the
+    second thread keeps the GIL until it is back out of ExecuTorch, so the
+    calls still nest.
+    """
+
+    def __init__(self) -> None:
+        self.owner: int | None = None
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        thread = threading.get_ident()
+        if self.owner is not None and self.owner != thread:
+            raise RuntimeError(
+                "another thread is inside a Core AI delegate right now; ExecuTorch's Python binding "
+                "cannot run methods from two threads at once, use one thread at a time"
+            )
+        self.owner = thread
+        self.depth += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.depth -= 1
+        if self.depth == 0:
+            self.owner = None
+
+
+_one_thread = _OneThreadAtATime()
+
+
 def _report(error: BaseException, buffer: int, capacity: int) -> None:
     """Hand a failure to the backend, which logs it with the delegate's name."""
     message = str(error) if isinstance(error, (ValueError, RuntimeError, KeyError)) else f"{type(error).__name__}: {error}"
@@ -326,35 +361,39 @@ def _report(error: BaseException, buffer: int, capacity: int) -> None:
 
 def _load(request_ptr: Any, num_inputs: Any, num_outputs: Any, error: int, capacity: int) -> int:
     try:
-        request = request_ptr.contents
-        method = request.method.decode()
-        manifest = json.loads(ctypes.string_at(request.manifest_json, request.manifest_nbytes))
-        if request.asset_dir:
-            asset_dir = Path(request.asset_dir.decode())
-            _check_integrity(manifest, (asset_dir / "main.mlirb").read_bytes() if (asset_dir / "main.mlirb").is_file() else None)
-            asset = LoadedAsset(asset_dir)
-            initial = _initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
-        else:
-            files = {
-                request.files[i].path.decode(): (request.files[i].data, request.files[i].nbytes)
-                for i in range(request.num_files)
-            }
-            asset = _load_inline(manifest, files)
-            initial = _initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
-        try:
-            state = _new_state(asset, initial, manifest)
-            delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
-        except BaseException:
-            asset.close()
-            raise
-        delegate_id = next(_ids)
-        _delegates[delegate_id] = delegate
-        num_inputs[0] = len(asset.input_names)
-        num_outputs[0] = len(asset.output_names)
-        return delegate_id
+        with _one_thread:
+            return _load_delegate(request_ptr.contents, num_inputs, num_outputs)
     except BaseException as e:  # noqa: BLE001 - nothing may unwind into C++
         _report(e, error, capacity)
         return 0
+
+
+def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> int:
+    method = request.method.decode()
+    manifest = json.loads(ctypes.string_at(request.manifest_json, request.manifest_nbytes))
+    if request.asset_dir:
+        asset_dir = Path(request.asset_dir.decode())
+        _check_integrity(manifest, (asset_dir / "main.mlirb").read_bytes() if (asset_dir / "main.mlirb").is_file() else None)
+        asset = LoadedAsset(asset_dir)
+        initial = _initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
+    else:
+        files = {
+            request.files[i].path.decode(): (request.files[i].data, request.files[i].nbytes)
+            for i in range(request.num_files)
+        }
+        asset = _load_inline(manifest, files)
+        initial = _initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
+    try:
+        state = _new_state(asset, initial, manifest)
+        delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
+    except BaseException:
+        asset.close()
+        raise
+    delegate_id = next(_ids)
+    _delegates[delegate_id] = delegate
+    num_inputs[0] = len(asset.input_names)
+    num_outputs[0] = len(asset.output_names)
+    return delegate_id
 
 
 def _io_dtypes(asset: LoadedAsset, method: str, manifest: dict[str, Any]) -> tuple[list[np.dtype], list[np.dtype], list[int]]:
@@ -448,11 +487,19 @@ def _run(
     delegate_id: int, inputs: int, num_inputs: int, outputs: int, num_outputs: int, error: int, capacity: int
 ) -> int:
     try:
-        _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs)
+        with _one_thread:
+            _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs)
         return 0
     except BaseException as e:  # noqa: BLE001
         _report(e, error, capacity)
         return 1
+
+
+def _address(array: np.ndarray) -> int:
+    try:  # a fraction of array.ctypes.data's cost, for the writable arrays coreai-core hands back
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    except (TypeError, ValueError):  # read-only or empty
+        return array.ctypes.data
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

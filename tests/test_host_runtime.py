@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from helpers import TwoNorms, externalize, lower, seeded, two_norms
 
 from coreai_partitioner import (
     CoreAIPartitioner,
+    export_with_composites,
     get_default_compile_config,
     get_default_passes,
     host_runtime,
@@ -152,6 +155,85 @@ def test_stateful_decode_loop_of_eight_steps_matches_eager_and_two_loads_keep_th
     torch.testing.assert_close(fresh, outputs[0])
 
 
+def test_each_call_reads_its_own_inputs_and_a_dynamic_dimension_resizes_between_calls():
+    model = seeded(TwoNorms())
+    tokens = torch.export.Dim("tokens", min=2, max=8)
+    ep, records = export_with_composites(model, [torch.randn(2, 4, 16)], dynamic_shapes=({1: tokens},))
+    program = host_runtime.load_program(lower(ep, records).to_executorch().buffer)
+    method = program.load_method("forward")
+    for x in (torch.randn(2, 4, 16), torch.randn(2, 4, 16), torch.randn(2, 7, 16), torch.randn(2, 3, 16)):
+        (out,) = method.execute([x])
+        torch.testing.assert_close(out, model(x).detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_pte_runs_from_worker_threads_and_from_inside_a_running_event_loop(two_norms_pte):
+    model, x, pte = two_norms_pte
+    program = host_runtime.load_program(pte)
+    method = program.load_method("forward")
+
+    async def inside_a_loop():  # a notebook's or an async test's thread: calls go to the background loop
+        return method.execute([x])[0]
+
+    def in_a_worker_thread(value: torch.Tensor) -> None:  # each thread runs its calls on its own loop
+        own = host_runtime.load_program(pte)
+        results.append((value, own.load_method("forward").execute([value])[0], method.execute([value])[0]))
+
+    results = [(x, asyncio.run(inside_a_loop()), method.execute([x])[0])]
+    for value in (2 * x, x - 1):
+        thread = threading.Thread(target=in_a_worker_thread, args=(value,))
+        thread.start()
+        thread.join()
+    assert len(results) == 3
+    for value, *outputs in results:
+        for output in outputs:
+            torch.testing.assert_close(output, model(value).detach(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_second_thread_entering_a_delegate_while_one_runs_is_refused_and_the_process_exits_cleanly(
+    two_norms_pte, tmp_path
+):
+    _, _, pte = two_norms_pte
+    path = tmp_path / "model.pte"
+    path.write_bytes(pte)
+    # The second thread enters while the first is inside its delegate and would
+    # leave ExecuTorch after it (the order that corrupted std::cout).
+    script = (
+        "import sys, threading, torch\n"
+        "from coreai_partitioner import host_runtime\n"
+        "from coreai_partitioner.runtime import LoadedAsset\n"
+        "x = torch.randn(2, 4, 16)\n"
+        "first, second = host_runtime.load_program(sys.argv[1]), host_runtime.load_program(sys.argv[1])\n"
+        "method, other = first.load_method('forward'), second.load_method('forward')\n"
+        "entered, first_done, refused = threading.Event(), threading.Event(), []\n"
+        "def other_thread():\n"
+        "    try:\n"
+        "        other.execute([x])\n"
+        "    except RuntimeError:\n"
+        "        refused.append(host_runtime.last_error())\n"
+        "        entered.set()\n"
+        "class StartsAnotherThread(LoadedAsset):\n"
+        "    def __call__(self, *args):\n"
+        "        threading.Thread(target=other_thread).start()\n"
+        "        entered.wait()\n"
+        "        return super().__call__(*args)\n"
+        "class WaitsForTheFirst(LoadedAsset):\n"
+        "    def __call__(self, *args):\n"
+        "        entered.set()\n"
+        "        first_done.wait()\n"
+        "        return super().__call__(*args)\n"
+        "a, b = sorted(host_runtime._delegates)\n"
+        "host_runtime._delegates[a].asset.__class__ = StartsAnotherThread\n"
+        "host_runtime._delegates[b].asset.__class__ = WaitsForTheFirst\n"
+        "(out,) = method.execute([x])\n"
+        "first_done.set()\n"
+        "assert out.shape == x.shape\n"
+        "print(refused[0])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "another thread is inside a Core AI delegate" in run.stdout and "one thread at a time" in run.stdout
+
+
 def test_a_non_zero_initial_buffer_starts_from_its_value_in_a_pte():
     initial = torch.randn(1, 8, 8)
     eager, pte = stateful_pte(initial)
@@ -285,7 +367,7 @@ def test_a_file_the_named_data_does_not_hold_is_refused(two_norms_pte):
 
 def test_a_corrupt_inline_asset_is_refused_before_the_core_ai_runtime_sees_it(two_norms_pte):
     _, _, pte = two_norms_pte
-    program_bytes = read_pte(pte).coreai_delegates()[0].files["model.aimodel/main.mlirb"]
+    program_bytes = bytes(read_pte(pte).coreai_delegates()[0].files["model.aimodel/main.mlirb"])
     middle = len(program_bytes) // 2
     corrupt = replace_once(pte, program_bytes, program_bytes[:middle] + b"\xff" * 16 + program_bytes[middle + 16 :])
     assert "does not match its hash" in load_error(corrupt)

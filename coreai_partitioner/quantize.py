@@ -135,6 +135,9 @@ def quantize(
     weights = _weights_outside_composites(exported_program)
     _check_config(config, model, exported_program)
 
+    # coreai-opt runs the model once to set up its observers, writing any KV cache in place (the
+    # model's own buffers, shared with the program): every buffer starts over from its value now.
+    initial = {name: buffer.clone() for name, buffer in model.named_buffers()}
     quantizer = Quantizer(model, config)
     try:
         quantizer.prepare(example_inputs, dynamic_shapes=dynamic_shapes)
@@ -143,6 +146,10 @@ def quantize(
         if "no fake quantization nodes" not in str(error):
             raise
         _raise_unquantized([w for w in weights.values() if not _kept(w, keep_float)], error)
+    with torch.no_grad():
+        for name, buffer in [*model.named_buffers(), *finalized.named_buffers()]:
+            if name in initial:
+                buffer.copy_(initial[name])
     with torch.no_grad():
         quantized = torch.export.export(finalized, example_inputs, dynamic_shapes=dynamic_shapes).run_decompositions(decompositions)
 

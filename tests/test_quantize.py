@@ -196,3 +196,26 @@ def test_unknown_scheme_names_the_choices():
     program, _ = _tiny_program()
     with pytest.raises(ValueError, match="int8, int4"):
         quantize(program, "int3")
+
+
+class _Cache(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 32)
+        self.register_buffer("key_cache_0", torch.zeros(4, 32), persistent=False)
+
+    def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        self.key_cache_0.index_copy_(0, position, self.proj(x))
+        return self.key_cache_0.sum(0)
+
+
+def test_quantize_leaves_the_kv_cache_as_it_was():
+    model = _Cache()
+    with torch.no_grad():
+        program, records = externalize_modules(
+            model, [], export_fn=lambda m: torch.export.export(m, (torch.randn(2, 32), torch.arange(2)))
+        )
+    quantized = quantize(program, "int8", records=records)
+    assert model.key_cache_0.abs().sum() == 0
+    cache = quantized.state_dict.get("key_cache_0", quantized.constants.get("key_cache_0"))
+    assert cache.abs().sum() == 0

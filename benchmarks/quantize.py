@@ -120,6 +120,7 @@ def main() -> None:
             verdict = "ok" if ratio <= TARGETS[scheme] else f"> {TARGETS[scheme]}"
             row += [f"{results[scheme]['pte'] / 1e6:.2f}", f"{ratio:.3f}x ({verdict})", f"{results[scheme]['seconds']['quantize']:.1f}"]
         rows.append(row)
+        print(" | ".join(row), flush=True)  # progress; the table follows
     headers = ["model", "fp16 weights MB", "fp16 .pte MB", "int8 .pte MB", "int8 / fp16", "int8 quantize s",
                "int4 .pte MB", "int4 / fp16", "int4 quantize s"]
     print(tabulate(rows, headers=headers, tablefmt="github"))

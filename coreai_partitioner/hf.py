@@ -420,8 +420,10 @@ def lower_decoder(
 ):
     """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
 
-    Returns what ``to_edge_transform_and_lower`` returns; ``.to_executorch()``
-    gives the ``.pte``.
+    With ``shapes.mode == "enumerated"`` the delegate's asset has one
+    statically shaped function per ``T`` (1 and the chunk) over one copy of
+    the weights.  Returns what ``to_edge_transform_and_lower`` returns;
+    ``.to_executorch()`` gives the ``.pte``.
     """
     from executorch.exir import to_edge_transform_and_lower
     from executorch.exir.pass_manager import ExportedProgramPassManager

@@ -3,6 +3,7 @@
     python benchmarks/llm.py --cache-dir CKPTS                         # every row; writes benchmarks/results/llm.*
     python benchmarks/llm.py --cache-dir CKPTS --rows qwen3 qwen3-0.6b-28l
     python benchmarks/llm.py --load benchmarks/results/llm.json        # the table and plot again
+    python benchmarks/llm.py --load WORK_DIR --results DIR             # results of the rows finished so far
 
 Rows: the tiny Llama, Qwen2, Qwen3 and Mistral configs (``hf.tiny_config``,
 fp32), the Qwen3-0.6B shape at 14 and 28 layers and a Llama-3.2-1B shape
@@ -166,7 +167,7 @@ def time_runtime(pte: Path, model: Any) -> dict:
     }
 
 
-def worker(name: str, path: str, cache_dir: Path, out_dir: Path) -> dict:
+def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Path) -> dict:
     started = time.perf_counter()
     load = model_loader(name, cache_dir)
     profile = memory_profile.Profile()
@@ -183,6 +184,7 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path) -> dict:
         "table": profile.table(measurement.weights, measurement.baseline),
     }
     if path == "plugin":
+        result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
         result.update(time_runtime(out, model))
     if out.exists():
         out.unlink()
@@ -404,29 +406,33 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "coreai_llm_bench",
                         help=".pte files (deleted after each row), logs and per-row JSON")
     parser.add_argument("--results", type=Path, default=HERE / "results", help="llm.json, llm.txt, llm.png go here")
-    parser.add_argument("--load", type=Path, help="print and plot a saved llm.json instead of running")
+    parser.add_argument("--load", type=Path, help="print a saved llm.json instead of running, or collect "
+                        "the rows a run finished from its --work-dir (and write --results)")
     parser.add_argument("--worker", nargs=2, metavar=("ROW", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         name, path = args.worker
-        result = worker(name, path, args.cache_dir, args.work_dir)
-        (args.work_dir / f"{name}-{path}.json").write_text(json.dumps(result))
+        result_file = args.work_dir / f"{name}-{path}.json"
+        result = worker(name, path, args.cache_dir, args.work_dir, result_file)
+        result_file.write_text(json.dumps(result))
         return
-    if args.load:
-        results = json.loads(args.load.read_text())["results"]
+    if args.load is not None and args.load.is_file():
+        print("\n" + tables(json.loads(args.load.read_text())["results"]))
+        return
+    if args.load is not None:
+        results = [json.loads(f.read_text()) for f in sorted(args.load.glob("*-*.json"))]
+        results.sort(key=lambda r: (list(ROWS).index(r["row"]), PATHS.index(r["path"])))
     else:
         args.work_dir.mkdir(parents=True, exist_ok=True)
         results = [run_row(name, path, args) for name in args.rows for path in args.paths]
-        args.results.mkdir(parents=True, exist_ok=True)
-        meta = {"cores": os.cpu_count(), "prompt": PROMPT, "decode": DECODE, "max_context_len": MAX_CONTEXT_LEN}
-        (args.results / "llm.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    args.results.mkdir(parents=True, exist_ok=True)
+    meta = {"cores": os.cpu_count(), "prompt": PROMPT, "decode": DECODE, "max_context_len": MAX_CONTEXT_LEN}
+    (args.results / "llm.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     text = tables(results)
     print("\n" + text)
-    if not args.load:
-        (args.results / "llm.txt").write_text(text + "\n")
-        plot(results, args.results / "llm.png")
-        print(f"\nwrote {args.results / 'llm.json'}, llm.txt, llm.png")
-
+    (args.results / "llm.txt").write_text(text + "\n")
+    plot(results, args.results / "llm.png")
+    print(f"\nwrote {args.results / 'llm.json'}, llm.txt, llm.png")
 
 if __name__ == "__main__":
     main()

@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,27 +65,89 @@ def _run(coroutine: Any) -> Any:
     return _on_background_loop(coroutine)
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """A descriptor whose dims that differ between an asset's functions are -1."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+class _EnumeratedDescriptor:
+    """The descriptor of an asset compiled for several input shapes, as one function.
+
+    Names, dtypes and state are the functions' own (they share them); a dim is
+    -1 where the functions disagree (the enumerated one, and what follows from it).
+    """
+
+    def __init__(self, descs: list[Any]) -> None:
+        self._descs = descs
+        first = descs[0]
+        self.input_names, self.output_names, self.state_names = first.input_names, first.output_names, first.state_names
+
+    def _merged(self, kind: str, name: str) -> _Shape:
+        found = [getattr(desc, kind)(name) for desc in self._descs]
+        shapes = [tuple(d.shape) for d in found]
+        if len({len(shape) for shape in shapes}) != 1:
+            return _Shape(tuple(-1 for _ in shapes[0]), found[0].dtype)
+        return _Shape(tuple(dims[0] if len(set(dims)) == 1 else -1 for dims in zip(*shapes)), found[0].dtype)
+
+    def input_descriptor(self, name: str) -> _Shape:
+        return self._merged("input_descriptor", name)
+
+    def output_descriptor(self, name: str) -> _Shape:
+        return self._merged("output_descriptor", name)
+
+    def state_descriptor(self, name: str) -> Any:
+        return self._descs[0].state_descriptor(name)
+
+
 class LoadedAsset:
     """A Core AI asset loaded for execution: compiled once, callable many times.
 
-    The asset directory may be deleted once this object exists; the runtime
-    works from its own compiled copy until :meth:`close`.
+    An asset whose ``function`` was compiled for enumerated input shapes (the
+    functions ``<function>_<key>`` that ``input_enumerations`` makes, sharing
+    weights and state) is one callable too: each call runs the function whose
+    input shapes match.  The asset directory may be deleted once this object
+    exists; the runtime works from its own compiled copy until :meth:`close`.
     """
 
     def __init__(self, path: str | os.PathLike, function: str = "main") -> None:
         from coreai.authoring import AIModelAsset
 
         self.path = Path(path)
-        self._context = AIModelAsset.load(self.path).executable()
+        asset = AIModelAsset.load(self.path)
+        names = list(asset.summary().function_names)
+        chosen = [function] if function in names else [n for n in names if n.startswith(function + "_")]
+        if not chosen:
+            raise ValueError(f"the Core AI asset at {self.path} has no function {function!r}; it has {', '.join(names)}")
+        self._context = asset.executable()
         model = _on_background_loop(self._context.__aenter__())
-        self._function = model.load_function(function)
+        functions = [model.load_function(name) for name in chosen]
+        self._function = functions[0] if len(functions) == 1 else None
         #: The function's descriptor (names, shapes and dtypes of its inputs, outputs and state).
-        self.desc = desc = self._function.desc
+        self.desc = desc = functions[0].desc if len(functions) == 1 else _EnumeratedDescriptor([f.desc for f in functions])
         self.input_names: list[str] = list(desc.input_names)
         self.output_names: list[str] = list(desc.output_names)
         self.state_names: list[str] = list(desc.state_names)
+        self._by_shapes = {
+            tuple(tuple(f.desc.input_descriptor(n).shape) for n in self.input_names): f for f in functions
+        }
         _open_assets.add(self)
-        logger.info("compiled Core AI asset %s", self.path)
+        logger.info("compiled Core AI asset %s (%s)", self.path, ", ".join(chosen))
+
+    def _function_for(self, inputs: Mapping[str, Any]) -> Any:
+        if self._function is not None:
+            return self._function
+        shapes = tuple(tuple(np.shape(inputs[name])) for name in self.input_names)
+        function = self._by_shapes.get(shapes)
+        if function is None:
+            raise ValueError(
+                f"the Core AI asset at {self.path} is compiled for input shapes "
+                f"{' or '.join(str(list(map(list, key))) for key in self._by_shapes)}; "
+                f"this call gives {list(map(list, shapes))}. Pad the input to one of them"
+            )
+        return function
 
     def new_state(self, initial: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
         """State arrays for this asset, which the runtime updates in place on every call.
@@ -117,8 +180,9 @@ class LoadedAsset:
                 f"the asset at {self.path} is stateful ({', '.join(self.state_names)}); "
                 "pass state=asset.new_state(...)"
             )
+        function = self._function_for(inputs)
         arrays = {name: NDArray(np.ascontiguousarray(value)) for name, value in inputs.items()}
-        outputs = _run(self._function(arrays, state=dict(state or {})))
+        outputs = _run(function(arrays, state=dict(state or {})))
         return {name: value.numpy() for name, value in outputs.items()}
 
     def close(self) -> None:

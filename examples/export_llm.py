@@ -144,12 +144,6 @@ def main() -> None:
     parser.add_argument("--generate", metavar="PROMPT", help="run ExecuTorch's TextLLMRunner on the .pte")
     parser.add_argument("--new-tokens", type=int, default=16)
     args = parser.parse_args()
-    if args.shapes == "enumerated" and (args.verify or args.generate is not None):
-        parser.error(
-            "--verify and --generate run the .pte in ExecuTorch's runtime, whose host Core AI backend "
-            "loads an asset's function 'main'; an enumerated asset has one function per T. "
-            "Export with --shapes dynamic to run it here"
-        )
     logging.basicConfig(level=logging.WARNING)
     shapes = hf.DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes)
     args.out.parent.mkdir(parents=True, exist_ok=True)

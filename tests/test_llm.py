@@ -320,17 +320,14 @@ def enumerated_greedy(path, prompt: list[int], new_tokens: int, shapes: hf.Decod
     (delegate,) = read_pte(path).coreai_delegates("forward")
     with tempfile.TemporaryDirectory() as directory:
         asset_path = delegate.asset_path(directory)
-        functions = {}
-        for name in AIModelAsset.load(asset_path).summary().function_names:
-            function = LoadedAsset(asset_path, name)
-            functions[function.desc.input_descriptor(function.input_names[0]).shape[-1]] = function
-    assert sorted(functions) == [1, shapes.prefill_chunk]
-    state = functions[1].new_state()
+        names = AIModelAsset.load(asset_path).summary().function_names
+        asset = LoadedAsset(asset_path)  # dispatches on the input shapes
+    assert sorted(names) == [f"main_{symbol}_{t}" for symbol in {n.split("_")[1] for n in names} for t in (1, shapes.prefill_chunk)]
+    state = asset.new_state()
 
     def forward(tokens: list[int], start: int) -> np.ndarray:
-        function = functions[len(tokens)]
-        inputs = dict(zip(function.input_names, (np.array([tokens], np.int32), np.arange(start, start + len(tokens), dtype=np.int32))))
-        return function(inputs, state)[function.output_names[-1]]
+        inputs = dict(zip(asset.input_names, (np.array([tokens], np.int32), np.arange(start, start + len(tokens), dtype=np.int32))))
+        return asset(inputs, state)[asset.output_names[-1]]
 
     tokens, first = list(prompt), None
     for chunk, positions, used in hf.prefill_calls(prompt, 0, shapes):
@@ -340,8 +337,7 @@ def enumerated_greedy(path, prompt: list[int], new_tokens: int, shapes: hf.Decod
     for _ in range(new_tokens):
         tokens.append(int(last.argmax()))
         last = forward([tokens[-1]], len(tokens) - 1)[0, -1]
-    for function in functions.values():
-        function.close()
+    asset.close()
     return tokens, torch.from_numpy(first)
 
 
@@ -367,11 +363,6 @@ def test_enumerated_pte_has_one_asset_with_t_1_and_t_chunk_sharing_the_weights_a
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the host backend loads the asset's function 'main'; an enumerated asset has main_<symbol>_<T> "
-    "functions, one per T, and needs dispatch on the input shape (see the issue's report)",
-)
 def test_enumerated_pte_runs_in_executorchs_runtime(exported):
     model, path = exported("llama", torch.float32, ENUMERATED)
     start = prompt_tokens()[0, :5].tolist()

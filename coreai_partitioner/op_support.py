@@ -88,10 +88,30 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         """
         if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not is_coreai_supported_target(node.target):
             return False
+        if any(_from_scalar_input(arg) for arg in node.all_input_nodes):
+            return False  # a symbolic scalar the program takes as an input cannot be a Core AI input
         return not any(
             isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64)
             for val in _compat.node_tensor_vals(node)
         )
+
+
+def _is_symbolic_scalar(value: Any) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _from_scalar_input(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a symbolic scalar computed from a scalar the program takes as an input."""
+    pending, seen = [node], set()
+    while pending:
+        current = pending.pop()
+        if current in seen or not _is_symbolic_scalar(current.meta.get("val")):
+            continue
+        seen.add(current)
+        if current.op == "placeholder":
+            return True
+        pending.extend(current.all_input_nodes)
+    return False
 
 
 def _has_symbolic_scalar(node: torch.fx.Node) -> bool:

@@ -352,36 +352,49 @@ class DecoderShapes:
         return [{1: values}, {0: values}]
 
 
-def export_decoder(model: nn.Module, shapes: DecoderShapes, *, before_export: Callable[[], None] | None = None):
+def export_decoder(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    *,
+    before_export: Callable[[], None] | None = None,
+    quantize: str | None = None,
+):
     """Externalize ``model``'s composites and export its :class:`StaticCacheDecoder` with ``T`` symbolic.
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
     enumerated ``T = 1`` needs it).  ``before_export`` runs after the composite swaps, right before
-    ``torch.export`` (quantization goes there).
+    ``torch.export``.  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
+    composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), stored compressed.
     """
     from coreai_torch import get_decomp_table
 
     from . import default_specs, externalize_modules
     from .passes import remove_noop_expands
 
-    tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
     length = min(2, shapes.prefill_chunk)
     sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
+    dynamic_shapes = None
+    if shapes.prefill_chunk > 1:
+        tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
+        dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
 
     def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
         if before_export is not None:
             before_export()
         with torch.no_grad():
-            program = torch.export.export(
-                module, sample, dynamic_shapes=({1: tokens_dim}, {0: tokens_dim}) if shapes.prefill_chunk > 1 else None
-            )
-            return program.run_decompositions(get_decomp_table())
+            program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
+        # coreai-opt finds Linear layers as aten.linear: it quantizes before the decompositions.
+        return program if quantize else program.run_decompositions(get_decomp_table())
 
     with coreai_composites(model) as swaps:
         logger.info("swapped for Core AI composites: %s", swaps)
         decoder = StaticCacheDecoder(model, shapes.max_context_len).eval()
         program, records = externalize_modules(decoder, default_specs(), export_fn=export_fn)
+    if quantize:
+        from .quantize import quantize as quantize_program
+
+        program = quantize_program(program, quantize, records=records, dynamic_shapes=dynamic_shapes)
     for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
         remove_noop_expands(graph_module)
     return program, records
@@ -416,14 +429,19 @@ def lower_decoder(
     shapes: DecoderShapes,
     *,
     before_export: Callable[[], None] | None = None,
+    quantize: str | None = None,
+    quantized_reference: list | None = None,
     **partitioner_options: Any,
 ):
     """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
 
     With ``shapes.mode == "enumerated"`` the delegate's asset has one
     statically shaped function per ``T`` (1 and the chunk) over one copy of
-    the weights.  Returns what ``to_edge_transform_and_lower`` returns;
-    ``.to_executorch()`` gives the ``.pte``.
+    the weights.  ``quantize`` is :func:`export_decoder`'s; a list passed as
+    ``quantized_reference`` receives the quantized program's eager module
+    (taken before lowering, which takes over the program's constants), to
+    check the ``.pte`` against.  Returns what ``to_edge_transform_and_lower``
+    returns; ``.to_executorch()`` gives the ``.pte``.
     """
     from executorch.exir import to_edge_transform_and_lower
     from executorch.exir.pass_manager import ExportedProgramPassManager
@@ -432,7 +450,9 @@ def lower_decoder(
     from .passes import KeepDeclaredRanges, get_default_passes
 
     check_supported(model)
-    program, records = export_decoder(model, shapes, before_export=before_export)
+    program, records = export_decoder(model, shapes, before_export=before_export, quantize=quantize)
+    if quantize and quantized_reference is not None:
+        quantized_reference.append(program.module())
     partitioner = CoreAIPartitioner(
         externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
     )

@@ -55,16 +55,6 @@ def load_model(args: argparse.Namespace) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(hf.tiny_config(args.config)).to(DTYPES[args.dtype]).eval()
 
 
-def quantize_int8(model: torch.nn.Module) -> None:
-    """Weight-only int8 with coremltools' PostTrainingQuantizer, in place."""
-    from coremltools.optimize.torch.quantization import PostTrainingQuantizer, PostTrainingQuantizerConfig
-
-    config = PostTrainingQuantizerConfig.from_dict(
-        {"global_config": {"weight_dtype": "int8", "granularity": "per_channel"}}
-    )
-    PostTrainingQuantizer(model, config).compress(inplace=True)
-
-
 def write_tokenizer(model: torch.nn.Module, args: argparse.Namespace) -> Path:
     path = args.out.parent / "tokenizer.json"
     if args.checkpoint:
@@ -83,22 +73,48 @@ def weight_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
-def check(model: torch.nn.Module, pte: Path, shapes: hf.DecoderShapes) -> bool:
-    """A one-call prefill's logits against HF eager, and 8 greedy tokens against ``generate``, from the .pte."""
+def eager_greedy(module: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
+    """Greedy tokens from an eager ``forward(tokens, input_pos)`` program (the quantized reference)."""
+    tokens = list(prompt)
+    with torch.no_grad():
+        logits = module(torch.tensor([tokens]), torch.arange(len(tokens)))
+        for _ in range(new_tokens):
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = module(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
+    return tokens
+
+
+def check(model: torch.nn.Module, pte: Path, shapes: hf.DecoderShapes, quantized: torch.nn.Module | None) -> bool:
+    """A one-call prefill's logits and 8 greedy tokens from the .pte, against HF eager.
+
+    A quantized .pte is judged against the quantized eager program; its error
+    against the float model is printed too, so what quantization cost shows.
+    """
+    import copy
+
+    from coreai_partitioner import quantize
+
     generator = torch.Generator().manual_seed(1)
-    length = min(shapes.prefill_chunk, 8)
+    length = min(shapes.prefill_chunk, 8 if shapes.mode == "dynamic" else shapes.prefill_chunk)
     prompt = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
+    positions = torch.arange(length)
     with torch.no_grad():
         expected = model(prompt).logits
     verify.reset_state(pte)
-    report = verify.check(pte, expected, prompt, torch.arange(length))
-    print(f"\none-call prefill of {length} tokens vs Hugging Face eager:\n{report}")
+    if quantized is None:
+        report = verify.check(pte, expected, prompt, positions)
+    else:
+        report = quantize.check(pte, copy.deepcopy(quantized), expected, prompt, positions)
+    print(f"\none-call prefill of {length} tokens vs {'the quantized eager program' if quantized else 'Hugging Face eager'}:\n{report}")
     start = prompt[0, : min(5, length)].tolist()
     got = hf.greedy_decode(pte, start, 8, shapes)
-    with torch.no_grad():
-        wanted = model.generate(torch.tensor([start]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
+    if quantized is None:
+        with torch.no_grad():
+            wanted = model.generate(torch.tensor([start]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
+    else:
+        wanted = eager_greedy(copy.deepcopy(quantized), start, 8)
     same = got == wanted[: len(got)] and len(got) >= len(wanted)
-    print(f"\ngreedy, 8 tokens:\n  .pte    : {got}\n  HF eager: {wanted}\n  {'same' if same else 'DIFFERENT'}")
+    print(f"\ngreedy, 8 tokens:\n  .pte : {got}\n  eager: {wanted}\n  {'same' if same else 'DIFFERENT'}")
     return report.ok and same
 
 
@@ -136,8 +152,8 @@ def main() -> None:
     parser.add_argument("--shapes", choices=hf.SHAPE_MODES, default="dynamic")
     parser.add_argument(
         "--quantize",
-        choices=("int8",),
-        help="weights rounded to a per-channel int8 grid (coremltools), still stored in --dtype: checks accuracy, not size",
+        choices=("int8", "int4"),
+        help="weight-only, with coreai-opt: int8 per channel, int4 in blocks of 32; composites stay float",
     )
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
     parser.add_argument("--verify", action="store_true", help="check the .pte against HF eager")
@@ -157,8 +173,8 @@ def main() -> None:
         bar.update()
         bar.set_description("export and lower")
         start = time.perf_counter()
-        before_export = (lambda: quantize_int8(model)) if args.quantize == "int8" else None
-        lowered = hf.lower_decoder(model, shapes, before_export=before_export)
+        quantized: list[torch.nn.Module] = []
+        lowered = hf.lower_decoder(model, shapes, quantize=args.quantize, quantized_reference=quantized)
         phases["export and lower"] = time.perf_counter() - start
         bar.update()
         bar.set_description("serialize")
@@ -182,7 +198,7 @@ def main() -> None:
     print("  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items()))
     ok = True
     if args.verify:
-        ok = check(model, args.out, shapes)
+        ok = check(model, args.out, shapes, quantized[0] if quantized else None)
     if args.generate is not None:
         generate(args.out, tokenizer, args.generate, args.new_tokens)
     raise SystemExit(0 if ok else 1)

@@ -74,6 +74,19 @@ from executorch.exir._serialize._program import (
 )
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
+from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
+from executorch.exir.dialects._ops import ops as edge_ops
+from torch._guards import detect_fake_mode
+from torch.utils._pytree import tree_flatten
+
+
+def swap_attn_implementation(config: Any, implementation: str) -> str:
+    """Set a transformers config's attention implementation; returns the previous one."""
+    previous = config._attn_implementation
+    config._attn_implementation = implementation
+    return previous
+
+
 def aten_op(target: Any) -> Any:
     """The ATen overload behind an edge-dialect op (``target`` itself otherwise)."""
     return target._op if isinstance(target, EdgeOpOverload) else target

@@ -34,6 +34,8 @@ from torch import nn
 
 from coreai_torch.composite_ops import SDPA, RMSNorm, RoPE
 
+from . import _compat
+
 logger = logging.getLogger(__name__)
 
 #: ``config.model_type`` of the architectures these transforms know.
@@ -143,8 +145,7 @@ def swap_attention(model: nn.Module, swaps: Swaps) -> None:
         swaps.attention.append(path)
         swaps._undo.append(lambda module=module: delattr(module, "coreai_sdpa"))
     config = model.config
-    previous = config._attn_implementation
-    config._attn_implementation = ATTENTION
+    previous = _compat.swap_attn_implementation(config, ATTENTION)
     swaps._undo.append(lambda: setattr(config, "_attn_implementation", previous))
 
 

@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import torch
-from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
 
 from . import _compat
 from .call_sites import externalized_op_name
@@ -86,7 +85,7 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         crosses the delegate boundary as long as the ``sym_size`` producing it is
         inside too, which this also accepts.
         """
-        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not is_coreai_supported_target(node.target):
+        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not _compat.is_coreai_supported_target(node.target):
             return False
         if any(_from_scalar_input(arg) for arg in node.all_input_nodes):
             return False  # a symbolic scalar the program takes as an input cannot be a Core AI input

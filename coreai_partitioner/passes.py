@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult, PassResult
-from torch._guards import detect_fake_mode
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -64,7 +63,7 @@ class NarrowToCoreAIDtypes:
             factory.kwargs = {**factory.kwargs, "dtype": _NARROW[factory.meta["val"].dtype]}
 
         inputs = [p.meta["val"] for p in placeholders]
-        fake_mode = detect_fake_mode(inputs)
+        fake_mode = _compat.detect_fake_mode(inputs)
         propagation = FakeTensorProp(graph_module, mode=fake_mode)
         if fake_mode is None:
             propagation.propagate(*inputs)
@@ -153,9 +152,7 @@ def _expr(dim):
 
 def _to_copy_for(graph: torch.fx.Graph):
     if any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function"):
-        from executorch.exir.dialects._ops import ops as exir_ops
-
-        return exir_ops.edge.aten._to_copy.default
+        return _compat.edge_ops.edge.aten._to_copy.default
     return torch.ops.aten._to_copy.default
 
 

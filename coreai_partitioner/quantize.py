@@ -36,6 +36,7 @@ import torch
 from torch.export import ExportedProgram
 
 from .call_sites import call_sites_by_op, externalized_op_name, resolve_call_sites
+from . import _compat
 
 logger = logging.getLogger(__name__)
 
@@ -351,4 +352,4 @@ def _outputs(reference: Any, inputs: tuple) -> tuple[torch.Tensor, ...]:
             reference = reference(*inputs)
     if isinstance(reference, torch.Tensor):
         return (reference,)
-    return tuple(torch.utils._pytree.tree_flatten(reference)[0])
+    return tuple(_compat.tree_flatten(reference)[0])

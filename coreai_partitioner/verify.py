@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from .pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
+from . import _compat
 from .backends.apple_coreai.initial_state import delegate_owned_buffers
 from .runtime import LoadedAsset
 
@@ -267,7 +268,7 @@ def reset_state(program: Any = None) -> None:
 def _as_tuple(outputs: Any) -> tuple[torch.Tensor, ...]:
     if isinstance(outputs, torch.Tensor):
         return (outputs,)
-    flat, _ = torch.utils._pytree.tree_flatten(outputs)
+    flat, _ = _compat.tree_flatten(outputs)
     return tuple(flat)
 
 

@@ -1,7 +1,75 @@
-"""Every test starts from the same random state, whatever ran before it."""
+"""Every test starts from the same random state; upstream's Core AI suite runs beside ours.
+
+ExecuTorch's own Core AI tests (``tests/upstream/shim.py``) take minutes in a
+process of their own, mostly on one core; when the session includes
+``test_upstream_conformance.py`` they start as soon as collection ends, on
+the second core, and that test collects their result.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
+
+SHIM = Path(__file__).parent / "upstream" / "shim.py"
+
+
+@dataclass
+class UpstreamRun:
+    """The upstream suite running in its own process: its JSON results and its console log."""
+
+    process: subprocess.Popen
+    results: Path
+    log: Path
+
+    @classmethod
+    def start(cls) -> UpstreamRun:
+        directory = Path(tempfile.mkdtemp(prefix="upstream-coreai-"))
+        results, log = directory / "upstream.json", directory / "upstream.log"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, str(SHIM), "--json", str(results)], stdout=out, stderr=subprocess.STDOUT
+            )
+        return cls(process, results, log)
+
+    def wait(self, timeout: float) -> str:
+        """Waits for the run to end; returns the tail of its log."""
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.log.read_text(errors="replace")[-6000:]
+
+
+_upstream: list[UpstreamRun] = []
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.path.name == "test_upstream_conformance.py" for item in session.items):
+        _upstream.append(UpstreamRun.start())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for run in _upstream:
+        if run.process.poll() is None:
+            run.process.kill()
+            run.process.wait()
+        shutil.rmtree(run.results.parent, ignore_errors=True)
+
+
+@pytest.fixture
+def upstream_run() -> UpstreamRun:
+    if not _upstream:
+        _upstream.append(UpstreamRun.start())
+    return _upstream[0]
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ def check(config: Config) -> None:
 
 @pytest.mark.filterwarnings("ignore:externalize_modules. none of")  # configs without any composite
 @settings(
-    max_examples=15,
+    max_examples=8,
     derandomize=True,
     deadline=None,
     database=None,

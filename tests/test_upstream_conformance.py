@@ -1,7 +1,7 @@
 """ExecuTorch's own Core AI tests, run against our partitioner and backend (tests/upstream/shim.py).
 
 The shim runs the installed wheel's ``executorch/backends/apple/coreai/test``
-modules with ``unittest`` in a process of its own (under pytest,
+modules (started by tests/conftest.py when collection ends, beside our tests) with ``unittest`` in a process of its own (under pytest,
 ``executorch/backends/apple`` would land on ``sys.path`` and ``import coreai``
 would find the wrong package), with upstream's ``CoreAIPartitioner`` and
 ``CoreAIBackend`` bound to ours.  Their assertions are not touched.
@@ -10,9 +10,7 @@ would find the wrong package), with upstream's ``CoreAIPartitioner`` and
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +18,6 @@ pytest.importorskip("coreai_opt")  # upstream's quantizer tests need it (the qua
 
 pytestmark = pytest.mark.slow
 
-SHIM = Path(__file__).parent / "upstream" / "shim.py"
 UPSTREAM_TESTS = 93  # executorch 1.5.1
 
 #: Tests that need macOS (``xcrun coreai-build``, the Metal toolchain); upstream skips them elsewhere.
@@ -31,12 +28,10 @@ MACOS_ONLY = {
 }
 
 
-def test_upstream_coreai_tests_pass_against_our_partitioner_and_backend(tmp_path):
-    results = tmp_path / "upstream.json"
-    run = subprocess.run(
-        [sys.executable, str(SHIM), "--json", str(results)], capture_output=True, text=True, timeout=1800
-    )
-    assert results.exists(), f"the upstream suite did not finish:\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+def test_upstream_coreai_tests_pass_against_our_partitioner_and_backend(upstream_run):
+    log = upstream_run.wait(timeout=1800)  # started when collection ended (tests/conftest.py)
+    results = upstream_run.results
+    assert results.exists(), f"the upstream suite did not finish:\n{log}"
     tests = json.loads(results.read_text())["tests"]
     short = {test_id.removeprefix("executorch.backends.apple.coreai.test."): outcome for test_id, outcome in tests.items()}
     assert len(short) == UPSTREAM_TESTS, f"expected {UPSTREAM_TESTS} upstream tests, ran {len(short)}"

@@ -14,7 +14,7 @@ import torch
 from executorch.backends.apple.coreai import coreai_sidecar_dir
 from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
-from helpers import TwoNorms, externalize, lower, seeded, two_norms
+from helpers import SplitByTopk, TwoNorms, externalize, lower, seeded, two_norms
 
 from coreai_partitioner import (
     CoreAIPartitioner,
@@ -44,20 +44,6 @@ class StepCache(torch.nn.Module):
     def forward(self, x: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
         self.cache.index_copy_(1, position, self.norm(x))
         return self.cache.sum(1) * 2.0
-
-
-class SplitByTopk(torch.nn.Module):
-    """Two delegates around a top-k, which Core AI does not take and ExecuTorch's portable kernels run."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.n1 = RMSNorm(16)
-        self.lin = torch.nn.Linear(16, 16)
-        self.n2 = RMSNorm(16)
-        self.n3 = RMSNorm(16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.n3(torch.topk(self.n2(self.lin(self.n1(x))), 16, dim=-1).values)
 
 
 def steps(count: int = 8):

@@ -70,7 +70,6 @@ from executorch.exir._serialize._program import (
     _flatbuffer_to_program,
     _get_extended_header,
     _restore_delegates,
-    deserialize_pte_binary,
 )
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 

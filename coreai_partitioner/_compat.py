@@ -86,6 +86,13 @@ def swap_attn_implementation(config: Any, implementation: str) -> str:
     return previous
 
 
+def unverified_compile_config() -> Any:
+    """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
+    config = get_default_compile_config()
+    config._check_ir_validity = False
+    return config
+
+
 def aten_op(target: Any) -> Any:
     """The ATen overload behind an edge-dialect op (``target`` itself otherwise)."""
     return target._op if isinstance(target, EdgeOpOverload) else target

@@ -367,9 +367,13 @@ def export_decoder(
     enumerated ``T = 1`` needs it).  ``before_export`` runs after the composite swaps, right before
     ``torch.export``.  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
     composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), stored compressed.
-    """
-    from coreai_torch import get_decomp_table
 
+    The main program is not decomposed here: ``to_edge_transform_and_lower``
+    decomposes it once, keeping what the partitioner's ``ops_to_not_decompose``
+    (coreai-torch's own table) lists, so a decomposition here would be a
+    second re-trace of the whole decoder.  The composites' sub-exports are
+    decomposed with coreai-torch's table, as before.
+    """
     from . import default_specs, externalize_modules
     from .passes import remove_noop_expands
 
@@ -384,9 +388,7 @@ def export_decoder(
         if before_export is not None:
             before_export()
         with torch.no_grad():
-            program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
-        # coreai-opt finds Linear layers as aten.linear: it quantizes before the decompositions.
-        return program if quantize else program.run_decompositions(get_decomp_table())
+            return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
 
     with coreai_composites(model) as swaps:
         logger.info("swapped for Core AI composites: %s", swaps)
@@ -447,7 +449,7 @@ def lower_decoder(
     from executorch.exir import to_edge_transform_and_lower
     from executorch.exir.pass_manager import ExportedProgramPassManager
 
-    from . import CoreAIPartitioner, get_default_compile_config
+    from . import CoreAIPartitioner
     from .passes import KeepDeclaredRanges, get_default_passes
 
     check_supported(model)
@@ -458,13 +460,16 @@ def lower_decoder(
         externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
     )
     passes = ExportedProgramPassManager([*get_default_passes(), KeepDeclaredRanges(program.range_constraints)])
-    return to_edge_transform_and_lower(
-        program,
-        partitioner=[partitioner],
-        compile_config=get_default_compile_config(),
-        transform_passes=passes,
-        constant_methods=runner_metadata(model, shapes),
-    )
+    # The decoder's graph is ours and fixed, and its .pte is checked end to end by the tests: skip
+    # ExecuTorch's re-verification after every pass (a tenth of the export at LLM scale).
+    with torch.no_grad():  # re-traces on fake tensors without autograd bookkeeping (no backward is ever taken)
+        return to_edge_transform_and_lower(
+            program,
+            partitioner=[partitioner],
+            compile_config=_compat.unverified_compile_config(),
+            transform_passes=passes,
+            constant_methods=runner_metadata(model, shapes),
+        )
 
 
 def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[tuple[torch.Tensor, torch.Tensor, int]]:

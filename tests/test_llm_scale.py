@@ -63,19 +63,11 @@ def exported(tmp_path_factory) -> dict:
 
 
 def test_one_call_prefill_from_the_pte_stays_within_fp16_accuracy_of_fp32(exported):
-    # Measured: 1.7% of the largest logit; a broken lowering is off by the logits' own size.
+    # Measured: 1.7% of the largest logit; a broken lowering is off by the logits' own size.  PyTorch's
+    # fp16 eager is closer (0.1%) because the Core AI Linux CPU runtime accumulates fp16 matmuls in
+    # fp16, so its error grows with the reduced length (75x PyTorch's at K = 3072): the runtime's own
+    # figures, op by op, are benchmarks/fp16_accumulation.py's.
     assert exported["pte_error"] <= 0.03 * exported["logit_scale"], exported
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="at width 1024 the Core AI CPU runtime's fp16 result is ~13x further from fp32 than "
-    "PyTorch's fp16 eager (0.052 against 0.0039 on logits up to 3.0; the composite-swapped eager "
-    "model is as close as plain eager), not yet explained",
-)
-def test_one_call_prefill_from_the_pte_is_as_close_to_fp32_as_fp16_eager_is(exported):
-    # Core AI and PyTorch accumulate fp16 differently: both are held to the fp32 result.
-    assert exported["pte_error"] <= 2 * exported["eager_error"] + 1e-2, exported
 
 
 def test_export_peak_memory_stays_under_twice_the_weights(exported):

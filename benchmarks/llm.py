@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -191,8 +192,8 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     if path == "plugin" and runtime:
         result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
         result.update(time_runtime(out, model))
-    if out.exists():
-        out.unlink()
+    out.unlink(missing_ok=True)
+    shutil.rmtree(out.with_suffix(".aimodel"), ignore_errors=True)  # the one shot's asset
     result["process_s"] = time.perf_counter() - started
     return result
 
@@ -220,7 +221,6 @@ def seconds(result: dict, *labels: str) -> float:
 BREAKDOWN = (
     ("externalize", ("export + externalize",)),
     ("  torch.export", ("export + externalize", "torch.export")),
-    ("  decompose", ("export + externalize", "run_decompositions")),
     ("  sub-exports", ("export + externalize", "sub-exports")),
     ("to_edge", ("to_edge",)),
     ("  decompose", ("to_edge", "run_decompositions")),
@@ -321,7 +321,7 @@ def targets(plugin: dict, oneshot: dict) -> list[str]:
     big_oneshot = good("qwen3-0.6b-28l", oneshot)
     if big:
         check(big["extra_over_weights"] < 2, f"0.6B: peak RSS over the loaded model {big['extra_over_weights']:.2f}x weights < 2x")
-        check(big["export_s"] < 60, f"0.6B: whole export {big['export_s']:.1f} s < 60 s (2 shared cores; "
+        check(big["export_s"] < 60, f"0.6B: whole export {big['export_s']:.1f} s < 60 s ({os.cpu_count()} cores; "
               f"+{seconds(big, 'import'):.1f} s imports, {seconds(big, 'load'):.1f} s load)")
     if big and big_oneshot:
         check(big["export_s"] < big_oneshot["export_s"],
@@ -385,6 +385,7 @@ def plot(results: list[dict], path: Path) -> None:
     middle.bar([i + 0.2 for i in x], [oneshot[n]["extra_over_weights"] if n in oneshot else 0 for n in names], 0.4,
                color="grey", label="coreai-torch one shot")
     middle.axhline(2, color="red", linestyle="--", linewidth=1, label="2x target")
+    middle.set_yscale("log")  # the tiny configs' fixed overhead is 100x their weights
     middle.set_ylabel("peak RSS above the loaded model / weights")
     middle.set_title("export peak memory")
     middle.legend(fontsize=7)

@@ -133,8 +133,11 @@ class BuildIndependentConverter(_compat.TorchConverter):
     asset's bytecode, so two builds of one model differed.  Here a weight that
     coreai-core would keep as a blob (256 elements or more, not a splat)
     becomes a blob named ``weight_<n>`` in creation order, over the tensor's
-    own memory where its dtype allows (no copy).  Everything else, and the
-    dtypes this does not cover (sub-byte, float8), is coreai-torch's own.
+    own memory where its dtype allows (no copy); a sub-byte weight (int4) is
+    its bit-packed bytes, as coreai-torch embeds them.  Everything else (float8,
+    small or splat constants) is coreai-torch's own.  Constants coreai-core
+    folds itself while building the asset (the SDPA composite's GQA gather
+    index) keep its per-process names.
     """
 
     def __init__(self) -> None:
@@ -143,10 +146,15 @@ class BuildIndependentConverter(_compat.TorchConverter):
 
     def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
         dtype = getattr(tensor, "future_dtype", tensor.dtype)
-        if hasattr(tensor, "elem") or dtype != tensor.dtype or dtype not in _PLAIN | set(_NARROW):
-            return super()._constant_from_tensor(tensor)
+        if isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
         api = _compat.coreai_constant_api()
-        array = api.validate_and_cast_numpy_array(_numpy_view(tensor.detach().cpu().contiguous()))
+        if hasattr(tensor, "elem"):  # sub-byte (int4): coreai-torch embeds the bit-packed bytes of .elem as they are
+            array = api.validate_and_cast_numpy_array(tensor.elem.detach().cpu().contiguous().numpy())
+        elif dtype != tensor.dtype or dtype not in _PLAIN | set(_NARROW):
+            return super()._constant_from_tensor(tensor)
+        else:
+            array = api.validate_and_cast_numpy_array(_numpy_view(tensor.detach().cpu().contiguous()))
         if array.size < _RESOURCE_MIN_ELEMENTS or _is_splat(array):
             return super()._constant_from_tensor(tensor)
         attr = api.DenseResourceElementsAttr.get_from_buffer(

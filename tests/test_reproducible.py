@@ -66,6 +66,40 @@ def test_two_builds_are_byte_identical_in_one_process_and_across_processes():
     assert first == second, "builds in two processes differ"
 
 
+INT4_BUILD = textwrap.dedent(
+    """
+    import sys, hashlib, torch
+    sys.path[:0] = {paths!r}
+    from helpers import TwoNorms
+    from coreai_partitioner import default_specs, externalize_modules, lower_exported
+    from coreai_partitioner.quantize import quantize
+
+    torch.manual_seed(0)
+    model = TwoNorms(64).eval()
+    program, records = externalize_modules(
+        model, default_specs(), export_fn=lambda m: torch.export.export(m, (torch.randn(2, 64),))
+    )
+    program = quantize(program, "int4", records=records)
+    pte = bytes(lower_exported((program, records)).to_executorch().buffer)
+    print(hashlib.sha256(pte).hexdigest())
+    """
+)
+
+
+def test_int4_builds_in_two_processes_are_byte_identical():
+    # int4 weights are sub-byte blobs: named weight_<n> like every other weight, not after a per-process hash.
+    pytest.importorskip("coreai_opt")
+    tests = Path(__file__).resolve().parent
+    hashes = []
+    for seed in ("1", "2"):
+        code = INT4_BUILD.format(paths=[str(tests)])
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+        assert result.returncode == 0, result.stderr[-3000:]
+        hashes.append(result.stdout.splitlines()[-1])
+    assert hashes[0] == hashes[1], "int4 builds in two processes differ"
+
+
 def test_asset_names_do_not_depend_on_the_build():
     """Call sites and composite graphs are named after submodule paths and call-site indices."""
     from helpers import TwoNorms, asset_ir, externalize, lower, seeded, to_pte

@@ -86,6 +86,17 @@ def swap_attn_implementation(config: Any, implementation: str) -> str:
     return previous
 
 
+def sym_expr(size: Any) -> Any:
+    """A size as torch's shape environment sees it: the sympy expression of a SymInt, an int as it is."""
+    return size.node.expr if isinstance(size, torch.SymInt) else size
+
+
+def symbol_range(size: torch.SymInt, symbol: Any) -> tuple[str, str]:
+    """The value range ``size``'s shape environment gives ``symbol`` (``("?", "?")`` when it has none)."""
+    bounds = size.node.shape_env.var_to_range.get(symbol)
+    return (str(bounds.lower), str(bounds.upper)) if bounds is not None else ("?", "?")
+
+
 def unverified_compile_config() -> Any:
     """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
     config = get_default_compile_config()

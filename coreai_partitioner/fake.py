@@ -51,13 +51,11 @@ class _Renamer:
     def __call__(self, size: int | torch.SymInt) -> Any:
         if not isinstance(size, torch.SymInt):
             return size
-        node = size.node
-        expr = node.expr
+        expr = _compat.sym_expr(size)
         for symbol in sorted(expr.free_symbols, key=str):
             if symbol not in self.symbols:
                 self.symbols[symbol] = sympy.Symbol(f"_{len(self.symbols)}", integer=True)
-                bounds = node.shape_env.var_to_range.get(symbol)
-                self.ranges.append((str(bounds.lower), str(bounds.upper)) if bounds is not None else ("?", "?"))
+                self.ranges.append(_compat.symbol_range(size, symbol))
         return ("sym", str(expr.xreplace(self.symbols)))
 
 
@@ -83,21 +81,17 @@ def _input_sizes(named: list[tuple[Any, Any]]) -> dict[Any, tuple[int, int]]:
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
                 if isinstance(size, torch.SymInt):
-                    found.setdefault(size.node.expr, (index, dim))
+                    found.setdefault(_compat.sym_expr(size), (index, dim))
     return found
 
 
 def _contiguous(tensor: torch.Tensor) -> bool:
     expected = 1
     for size, stride in reversed(list(zip(tensor.shape, tensor.stride()))):
-        if _expr(size) != 1 and sympy.expand(_expr(stride) - _expr(expected)) != 0:
+        if _compat.sym_expr(size) != 1 and sympy.expand(_compat.sym_expr(stride) - _compat.sym_expr(expected)) != 0:
             return False
         expected = expected * size
     return True
-
-
-def _expr(size: int | torch.SymInt) -> Any:
-    return size.node.expr if isinstance(size, torch.SymInt) else sympy.Integer(size)
 
 
 def _describe(output: Any, sizes: dict[Any, tuple[int, int]]) -> Any:
@@ -109,9 +103,10 @@ def _describe(output: Any, sizes: dict[Any, tuple[int, int]]) -> Any:
         shape = []
         for size in output.shape:
             if isinstance(size, torch.SymInt):
-                if size.node.expr not in sizes:
+                source = sizes.get(_compat.sym_expr(size))
+                if source is None:
                     return None
-                shape.append(sizes[size.node.expr])
+                shape.append(source)
             else:
                 shape.append(size)
         return (("from inputs", tuple(shape)), None, output.dtype, output.device) if _contiguous(output) else None

@@ -114,9 +114,7 @@ def _from_scalar_input(node: torch.fx.Node) -> bool:
 
 
 def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
-    return any(
-        isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)) for val in _compat.node_tensor_vals(node)
-    )
+    return any(_is_symbolic_scalar(val) for val in _compat.node_tensor_vals(node))
 
 
 def _is_index_put(node: torch.fx.Node) -> bool:

@@ -143,11 +143,7 @@ def _same_shape(a, b) -> bool:
     """Equal shapes, compared symbol by symbol (no guard on the shape environment)."""
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != b.dim():
         return False
-    return all(_expr(x) == _expr(y) for x, y in zip(a.shape, b.shape))
-
-
-def _expr(dim):
-    return dim.node.expr if isinstance(dim, torch.SymInt) else dim
+    return all(_compat.sym_expr(x) == _compat.sym_expr(y) for x, y in zip(a.shape, b.shape))
 
 
 def _to_copy_for(graph: torch.fx.Graph):

@@ -368,10 +368,10 @@ def export_decoder(
     ``torch.export``.  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
     composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), stored compressed.
 
-    The main program is not decomposed here: ``to_edge_transform_and_lower``
-    decomposes it once, keeping what the partitioner's ``ops_to_not_decompose``
-    (coreai-torch's own table) lists, so a decomposition here would be a
-    second re-trace of the whole decoder.  The composites' sub-exports are
+    The main program is not decomposed here: lowering decomposes it once,
+    keeping what the partitioner's ``ops_to_not_decompose`` (coreai-torch's
+    own table) lists, so a decomposition here would be a second re-trace of
+    the whole decoder.  The composites' sub-exports are
     decomposed with coreai-torch's table, as before.
     """
     from . import default_specs, externalize_modules
@@ -443,14 +443,13 @@ def lower_decoder(
     the weights.  ``quantize`` is :func:`export_decoder`'s; a list passed as
     ``quantized_reference`` receives the quantized program's eager module
     (taken before lowering, which takes over the program's constants), to
-    check the ``.pte`` against.  Returns what ``to_edge_transform_and_lower``
-    returns; ``.to_executorch()`` gives the ``.pte``.
+    check the ``.pte`` against.  Lowers with
+    :func:`~coreai_partitioner.whole_program.lower_whole_program` (the
+    delegate takes the decoder whole); returns its ``EdgeProgramManager``,
+    whose ``.to_executorch()`` gives the ``.pte``.
     """
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.exir.pass_manager import ExportedProgramPassManager
-
     from . import CoreAIPartitioner
-    from .passes import KeepDeclaredRanges, get_default_passes
+    from .whole_program import lower_whole_program
 
     check_supported(model)
     program, records = export_decoder(model, shapes, before_export=before_export, quantize=quantize)
@@ -459,16 +458,14 @@ def lower_decoder(
     partitioner = CoreAIPartitioner(
         externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
     )
-    passes = ExportedProgramPassManager([*get_default_passes(), KeepDeclaredRanges(program.range_constraints)])
-    # The decoder's graph is ours and fixed, and its .pte is checked end to end by the tests: skip
-    # ExecuTorch's re-verification after every pass (a tenth of the export at LLM scale).
-    with torch.no_grad():  # re-traces on fake tensors without autograd bookkeeping (no backward is ever taken)
-        return to_edge_transform_and_lower(
+    # The decoder's graph is ours and fixed, and its .pte is checked end to end by the tests: no
+    # ExecuTorch IR re-verification.  Re-traces run on fake tensors without autograd bookkeeping.
+    with torch.no_grad():
+        return lower_whole_program(
             program,
-            partitioner=[partitioner],
-            compile_config=_compat.unverified_compile_config(),
-            transform_passes=passes,
+            partitioner,
             constant_methods=runner_metadata(model, shapes),
+            compile_config=_compat.unverified_compile_config(),
         )
 
 

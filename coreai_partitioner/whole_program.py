@@ -1,0 +1,123 @@
+"""Lower a program that one Core AI delegate takes whole, partitioning before edge conversion.
+
+``to_edge_transform_and_lower`` (ExecuTorch 1.5.1, ``exir/program/_program.py``)
+converts the whole program to edge dialect before it partitions: one re-trace
+to functionalize, one to decompose, one per edge ``ExportPass``.  For an LLM
+decoder on a symbolic ``T`` each costs 7 to 30 s at 0.6B scale, and all of
+them go to ops the delegate then takes.  :func:`lower_whole_program` does the
+same steps in another order:
+
+1. decompose once, with the table ``to_edge_transform_and_lower`` would use
+   (ExecuTorch's default minus the partitioner's ``ops_to_not_decompose``);
+2. Core AI's dtype narrowing (:class:`~coreai_partitioner.passes.NarrowToCoreAIDtypes`);
+3. ExecuTorch's ``to_backend`` with the partitioner, on ATen IR
+   (coreai-torch converts ATen programs; the backend maps edge ops back to
+   ATen before converting anyway);
+4. edge dialect for what stays outside the delegate.
+
+In step 4, when what stays outside is only dtype casts around delegate calls
+(an LLM decoder's int64 inputs), each cast's ATen op is swapped for its edge
+op, as ExecuTorch's ``OpReplacePass`` does.  Anything else goes through
+ExecuTorch's own ATen-to-edge conversion, which runs every edge pass and so
+re-runs the delegate's program on fake tensors once per pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from executorch.exir import EdgeProgramManager
+from executorch.exir.backend.backend_api import MethodProgramsPartitionerSpec, to_backend
+from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.passes.remove_graph_asserts_pass import RemoveNonCoreAtenOpGraphAssertsPass
+from executorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
+from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+from torch.export import ExportedProgram
+
+from . import _compat
+from .partitioner import CoreAIPartitioner
+from .passes import NarrowToCoreAIDtypes
+
+logger = logging.getLogger(__name__)
+
+#: What may stay outside the delegate for the fast edge conversion: the casts around it.
+_CASTS = (torch.ops.aten._to_copy.default,)
+
+
+def decomposition_table(partitioner: CoreAIPartitioner, program: ExportedProgram) -> dict:
+    """The decompositions ``to_edge_transform_and_lower`` applies for ``partitioner``."""
+    table = _compat.default_decomposition_table()
+    keep, _ = partitioner.ops_to_not_decompose(program)
+    for op in keep:
+        table.pop(op, None)
+    return table
+
+
+def lower_whole_program(
+    program: ExportedProgram,
+    partitioner: CoreAIPartitioner,
+    *,
+    constant_methods: Mapping[str, Any] | None = None,
+    compile_config: Any = None,
+) -> EdgeProgramManager:
+    """Lower ``program`` (the method ``forward``) with ``partitioner``, as ``to_edge_transform_and_lower`` does.
+
+    ``program`` is ``torch.export``'s, not decomposed.  Returns the ``EdgeProgramManager`` (``.to_executorch()`` gives the
+    ``.pte``).  Meant for programs the delegate takes whole, where it saves
+    every re-trace of the delegated part but one; it is correct for any
+    program.
+    """
+    config = compile_config if compile_config is not None else _compat.unverified_compile_config()
+    started = time.perf_counter()
+    program = program.run_decompositions(decomposition_table(partitioner, program))
+    RemoveNonCoreAtenOpGraphAssertsPass()(program.graph_module)
+    NarrowToCoreAIDtypes()(program.graph_module)
+    logger.info("decomposed for Core AI in %.1f s", time.perf_counter() - started)
+
+    partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes
+    lowered = to_backend(MethodProgramsPartitionerSpec({"forward": program}, {"forward": partitioner}))["forward"]
+    lowered = remove_unused_parameters_pass(lowered)
+    if _only_casts_outside(lowered):
+        edge = _casts_to_edge(lowered, config)
+    else:
+        logger.info("ops outside the Core AI delegate: converting them with ExecuTorch's edge passes")
+        edge = _compat.aten_to_edge_program(config, lowered)
+    return EdgeProgramManager({"forward": edge}, dict(constant_methods) if constant_methods else None, config)
+
+
+def _outside_ops(program: ExportedProgram) -> list[torch.fx.Node]:
+    return [
+        node
+        for node in program.graph.nodes
+        if node.op == "call_function" and node.target not in (executorch_call_delegate, operator.getitem)
+    ]
+
+
+def _only_casts_outside(program: ExportedProgram) -> bool:
+    return all(
+        node.target in _CASTS and set(node.kwargs) <= {"dtype"} for node in _outside_ops(program)
+    )
+
+
+def _casts_to_edge(program: ExportedProgram, config: Any) -> ExportedProgram:
+    """``program`` in edge dialect: its casts' ATen ops swapped for their edge ops, in place."""
+    for node in _outside_ops(program):
+        node.target = aten_to_edge(node.target)
+    program.graph_module.recompile()
+    return ExportedProgram(
+        root=program.graph_module,
+        graph=program.graph,
+        graph_signature=program.graph_signature,
+        state_dict=program.state_dict,
+        range_constraints=program.range_constraints,
+        module_call_graph=program.module_call_graph,
+        example_inputs=program.example_inputs,
+        constants=program.constants,
+        verifiers=[EXIREdgeDialectVerifier(edge_compile_config=config, class_only=True)],
+    )

@@ -1,0 +1,59 @@
+"""lower_whole_program: ExecuTorch's lowering steps in another order, the same program in ExecuTorch's runtime."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+import torch
+from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+from coreai_partitioner import CoreAIPartitioner, verify
+from coreai_partitioner.whole_program import lower_whole_program
+
+from helpers import assert_close, seeded
+
+
+class Scores(torch.nn.Module):
+    """int64 tokens in (a cast outside the delegate); with ``argmax``, an int64 op outside it too."""
+
+    def __init__(self, argmax: bool) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(16, 8)
+        self.proj = torch.nn.Linear(8, 8)
+        self.argmax = argmax
+
+    def forward(self, tokens):
+        scores = self.proj(self.embed(tokens))
+        return (scores, scores.argmax(-1)) if self.argmax else (scores,)
+
+
+def _outside(edge) -> list:
+    graph = edge.exported_program().graph
+    skip = (executorch_call_delegate, operator.getitem)
+    return [n.target for n in graph.nodes if n.op == "call_function" and n.target not in skip]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argmax", [False, True], ids=["casts-outside", "argmax-outside"])
+def test_whole_program_lowering_runs_in_executorch_as_eager(argmax):
+    model = seeded(Scores(argmax)).eval()
+    tokens = torch.randint(0, 16, (1, 5))
+    dim = torch.export.Dim("T", min=1, max=8)
+    program = torch.export.export(model, (tokens,), dynamic_shapes=({1: dim},))
+
+    edge = lower_whole_program(program, CoreAIPartitioner())
+
+    outside = _outside(edge)
+    assert outside and all(isinstance(target, EdgeOpOverload) for target in outside), outside
+    assert any("argmax" in str(target) for target in outside) == argmax
+    pte = edge.to_executorch().buffer
+    for length in (5, 1, 8):
+        tokens = torch.randint(0, 16, (1, length))
+        expected = model(tokens)
+        actual = verify.run(pte, tokens)
+        assert len(actual) == len(expected)
+        assert_close(actual[0].numpy(), expected[0])
+        if argmax:
+            assert torch.equal(actual[1], expected[1])

@@ -99,6 +99,28 @@ def symbol_range(size: torch.SymInt, symbol: Any) -> tuple[str, str]:
     return (str(bounds.lower), str(bounds.upper)) if bounds is not None else ("?", "?")
 
 
+def export_decomposed(
+    module: torch.nn.Module, args: tuple, dynamic_shapes: Any, decompositions: dict
+) -> torch.export.ExportedProgram:
+    """``torch.export.export(...).run_decompositions(decompositions)`` in one trace instead of two.
+
+    torch 2.13's ``torch.export._trace._export(pre_dispatch=False)`` traces to
+    functional ATen IR through ``_export_to_aten_ir``, whose ``decomp_table``
+    ``run_decompositions`` fills on its own re-trace; here the first trace
+    applies it.  Not thread-safe: the module's function is swapped for the call.
+    """
+    import functools
+
+    from torch.export import _trace
+
+    to_aten = _trace._export_to_aten_ir
+    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=decompositions)
+    try:
+        return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
+    finally:
+        _trace._export_to_aten_ir = to_aten
+
+
 def unverified_compile_config() -> Any:
     """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
     config = get_default_compile_config()

@@ -251,32 +251,43 @@ def _static_cache_class() -> type:
         def __init__(self, owner: nn.Module, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self._owner = [owner]  # a list, so the module is not registered as a child
+            self.plan = None  # (position, one-hot plan) of the current call, shared by every layer
 
         def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
             owner = self._owner[0]
             position = cache_kwargs["cache_position"]
             keys = getattr(owner, f"key_cache_{layer_idx}")
             values = getattr(owner, f"value_cache_{layer_idx}")
-            keys.copy_(_write_at(keys, key_states, position))
-            values.copy_(_write_at(values, value_states, position))
+            if self.plan is None or self.plan[0] is not position:
+                self.plan = (position, _write_plan(position, keys.shape[2], keys.dtype))
+            keys.copy_(_write_at(keys, key_states, position, self.plan[1]))
+            values.copy_(_write_at(values, value_states, position, self.plan[1]))
             return keys, values
 
     return BufferStaticCache
 
 
-def _write_at(cache: torch.Tensor, states: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+def _write_at(cache: torch.Tensor, states: torch.Tensor, position: torch.Tensor, plan=None) -> torch.Tensor:
     """``cache`` with ``states`` [B, H, T, D] written at sequence ``position`` [T], as a one-hot product.
 
     ``index_copy`` decomposes to ``index_put``, which coreai-torch converts only
     when the indexed dimension is static; a product with a one-hot matrix is
     exact (one nonzero term per row), converts with ``T`` symbolic, and keeps
     the whole write inside the delegate.  Positions outside the cache write nothing.
+    ``plan`` is :func:`_write_plan`'s for ``position`` and this cache, when
+    several caches share it.
     """
-    slots = torch.arange(cache.shape[2], dtype=position.dtype, device=cache.device)
-    one_hot = (position.unsqueeze(-1) == slots).to(cache.dtype)  # [T, L]
-    kept = 1.0 - one_hot.sum(0).unsqueeze(-1)  # [L, 1]: 0 where written (a float scalar, not a lifted int64)
+    one_hot, kept = plan if plan is not None else _write_plan(position, cache.shape[2], cache.dtype)
     written = torch.matmul(states.to(cache.dtype).transpose(-1, -2), one_hot).transpose(-1, -2)  # [B, H, L, D]
     return cache * kept + written
+
+
+def _write_plan(position: torch.Tensor, length: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one-hot ``[T, L]`` of ``position`` over ``length`` slots, and ``[L, 1]``: 0 where written, else 1."""
+    slots = torch.arange(length, dtype=position.dtype, device=position.device)
+    one_hot = (position.unsqueeze(-1) == slots).to(dtype)
+    kept = 1.0 - one_hot.sum(0).unsqueeze(-1)  # a float scalar, not a lifted int64
+    return one_hot, kept
 
 
 class StaticCacheDecoder(nn.Module):
@@ -306,9 +317,12 @@ class StaticCacheDecoder(nn.Module):
             self.register_buffer(f"value_cache_{layer}", torch.zeros(shape, dtype=model.dtype), persistent=False)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        return self.model(
-            input_ids=tokens, cache_position=input_pos, past_key_values=self.cache, use_cache=True
-        ).logits
+        try:
+            return self.model(
+                input_ids=tokens, cache_position=input_pos, past_key_values=self.cache, use_cache=True
+            ).logits
+        finally:
+            self.cache.plan = None  # one write plan per call (every layer writes the same positions)
 
 
 # ---------------------------------------------------------------- one .pte for ExecuTorch's LLM runner
@@ -359,6 +373,7 @@ def export_decoder(
     *,
     before_export: Callable[[], None] | None = None,
     quantize: str | None = None,
+    decompositions: dict | None = None,
 ):
     """Externalize ``model``'s composites and export its :class:`StaticCacheDecoder` with ``T`` symbolic.
 
@@ -368,11 +383,11 @@ def export_decoder(
     ``torch.export``.  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
     composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), stored compressed.
 
-    The main program is not decomposed here: lowering decomposes it once,
-    keeping what the partitioner's ``ops_to_not_decompose`` (coreai-torch's
-    own table) lists, so a decomposition here would be a second re-trace of
-    the whole decoder.  The composites' sub-exports are
-    decomposed with coreai-torch's table, as before.
+    With ``decompositions`` (and no ``quantize``, which needs ``torch.export``'s
+    own IR) the decoder is traced straight to functional ATen IR with that
+    table (:func:`~coreai_partitioner._compat.export_decomposed`: one trace
+    where export then ``run_decompositions`` make two).  The composites'
+    sub-exports are decomposed with coreai-torch's table, as before.
     """
     from . import default_specs, externalize_modules
     from .passes import remove_noop_expands
@@ -388,6 +403,8 @@ def export_decoder(
         if before_export is not None:
             before_export()
         with torch.no_grad():
+            if decompositions is not None and not quantize:
+                return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
             return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
 
     with coreai_composites(model) as swaps:
@@ -449,10 +466,12 @@ def lower_decoder(
     whose ``.to_executorch()`` gives the ``.pte``.
     """
     from . import CoreAIPartitioner
-    from .whole_program import lower_whole_program
+    from .whole_program import decomposition_table, lower_whole_program
 
     check_supported(model)
-    program, records = export_decoder(model, shapes, before_export=before_export, quantize=quantize)
+    program, records = export_decoder(
+        model, shapes, before_export=before_export, quantize=quantize, decompositions=decomposition_table()
+    )
     if quantize and quantized_reference is not None:
         quantized_reference.append(program.module())
     partitioner = CoreAIPartitioner(

@@ -34,6 +34,7 @@ import torch
 from executorch.exir import EdgeProgramManager
 from executorch.exir.backend.backend_api import MethodProgramsPartitionerSpec, to_backend
 from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.graph_module import contains_any_call_fn_target_op
 from executorch.exir.passes.remove_graph_asserts_pass import RemoveNonCoreAtenOpGraphAssertsPass
 from executorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
 from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
@@ -46,14 +47,22 @@ from .passes import NarrowToCoreAIDtypes
 
 logger = logging.getLogger(__name__)
 
+#: Listed in the decomposition table, yet every trace writes them again (how a symbolic size is read).
+_TRACED_BACK = (torch.ops.aten.sym_size.int,)
+
 #: What may stay outside the delegate for the fast edge conversion: the casts around it.
 _CASTS = (torch.ops.aten._to_copy.default,)
 
 
-def decomposition_table(partitioner: CoreAIPartitioner, program: ExportedProgram) -> dict:
-    """The decompositions ``to_edge_transform_and_lower`` applies for ``partitioner``."""
+def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:
+    """The decompositions ``to_edge_transform_and_lower`` applies for ``partitioner``.
+
+    Core AI's partitioner keeps the same ops for every instance and program
+    (those coreai-torch's table leaves whole), so both may be left out
+    before there is a program.
+    """
     table = _compat.default_decomposition_table()
-    keep, _ = partitioner.ops_to_not_decompose(program)
+    keep, _ = (partitioner or CoreAIPartitioner()).ops_to_not_decompose(program)
     for op in keep:
         table.pop(op, None)
     return table
@@ -68,17 +77,22 @@ def lower_whole_program(
 ) -> EdgeProgramManager:
     """Lower ``program`` (the method ``forward``) with ``partitioner``, as ``to_edge_transform_and_lower`` does.
 
-    ``program`` is ``torch.export``'s, not decomposed.  Returns the ``EdgeProgramManager`` (``.to_executorch()`` gives the
+    ``program`` is ``torch.export``'s; one already decomposed with
+    :func:`decomposition_table` (functional ATen IR holding none of its ops)
+    is not decomposed again.  Returns the ``EdgeProgramManager`` (``.to_executorch()`` gives the
     ``.pte``).  Meant for programs the delegate takes whole, where it saves
     every re-trace of the delegated part but one; it is correct for any
     program.
     """
     config = compile_config if compile_config is not None else _compat.unverified_compile_config()
     started = time.perf_counter()
-    program = program.run_decompositions(decomposition_table(partitioner, program))
+    table = decomposition_table(partitioner, program)
+    undecomposed = [op for op in table if op not in _TRACED_BACK]
+    if program.dialect != "ATEN" or contains_any_call_fn_target_op(program.graph_module, undecomposed):
+        program = program.run_decompositions(table)
     RemoveNonCoreAtenOpGraphAssertsPass()(program.graph_module)
     NarrowToCoreAIDtypes()(program.graph_module)
-    logger.info("decomposed for Core AI in %.1f s", time.perf_counter() - started)
+    logger.info("decomposed and narrowed for Core AI in %.1f s", time.perf_counter() - started)
 
     partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes
     lowered = to_backend(MethodProgramsPartitionerSpec({"forward": program}, {"forward": partitioner}))["forward"]

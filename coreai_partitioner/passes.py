@@ -9,19 +9,16 @@ concrete integers").  :class:`NarrowToCoreAIDtypes` does the same narrowing and
 re-propagates in the program's own fake mode, so the symbols stay the
 program's.
 
-Two more keep an exported dim enumerable down to 1 (an LLM's ``T`` in
-{1, chunk}): :class:`KeepDeclaredRanges` puts back the dim ranges the program
-was exported with, and :func:`remove_noop_expands` drops the ``expand`` calls
-that specialize wrongly in Core AI (coreai-core 1.0.0b3).
+:func:`remove_noop_expands` keeps an exported dim enumerable down to 1 (an
+LLM's ``T`` in {1, chunk}): it drops the ``expand`` calls that specialize
+wrongly in Core AI (coreai-core 1.0.0b3).
 """
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
-from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult, PassResult
-from torch.export import ExportedProgram
+from executorch.exir.pass_base import PassResult
 from torch.fx import GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -88,29 +85,6 @@ class NarrowToCoreAIDtypes:
 def get_default_passes() -> list:
     """The edge transform passes Core AI lowering needs, for static and dynamic shapes alike."""
     return [NarrowToCoreAIDtypes()]
-
-
-class KeepDeclaredRanges(ExportedProgramPassBase):
-    """Give each dim symbol back the range it was exported with.
-
-    ExecuTorch 1.5.1 rebuilds an edge program's ``range_constraints`` from the
-    shape environment after every graph pass (``exir/_program_utils.py``), and
-    the shape environment traces a dim declared ``Dim(min=1)`` as at least 2
-    (torch's 0/1 specialization, no guard).  ``T = 1`` then falls outside the
-    range and ``input_enumerations`` refuses it.  Run it last in the transform
-    passes, with the exported program's ``range_constraints``.
-    """
-
-    def __init__(self, declared: dict[Any, Any]) -> None:
-        super().__init__()
-        self.declared = dict(declared)
-
-    def call(self, exported_program: ExportedProgram) -> ExportedProgramPassResult:
-        # The property hands out the program's own dict and has no setter.
-        ranges = exported_program.range_constraints
-        changed = {s: r for s, r in self.declared.items() if s in ranges and ranges[s] != r}
-        ranges.update(changed)
-        return ExportedProgramPassResult(exported_program, bool(changed))
 
 
 def remove_noop_expands(graph_module: GraphModule) -> int:

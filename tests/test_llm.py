@@ -14,7 +14,7 @@ from executorch.exir import to_edge  # noqa: E402
 
 from coreai_partitioner import get_default_compile_config, hf, verify  # noqa: E402
 from coreai_partitioner.op_support import OperatorSupport  # noqa: E402
-from coreai_partitioner.passes import KeepDeclaredRanges, NarrowToCoreAIDtypes, remove_noop_expands  # noqa: E402
+from coreai_partitioner.passes import NarrowToCoreAIDtypes, remove_noop_expands  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
 from coreai_partitioner.runtime import LoadedAsset  # noqa: E402
 
@@ -152,17 +152,6 @@ def test_noop_expands_go_and_real_ones_stay():
     x = torch.randn(1, 1, 4)  # T = 1, the value the removed expand broke in Core AI
     doubled, repeated = program.module()(x)
     assert torch.equal(doubled, x * 2) and repeated.shape == (3, 1, 4)
-
-
-def test_declared_ranges_come_back_after_executorch_narrows_them():
-    dim = torch.export.Dim("T", min=1, max=8)
-    program = torch.export.export(torch.nn.Linear(4, 4), (torch.randn(2, 4),), dynamic_shapes=({0: dim},))
-    (symbol,) = program.range_constraints
-    edge = to_edge(program, compile_config=get_default_compile_config()).exported_program()
-    narrowed = edge.range_constraints[symbol]
-    result = KeepDeclaredRanges(program.range_constraints)(edge)
-    assert result.modified == (narrowed.lower != 1)
-    assert (edge.range_constraints[symbol].lower, edge.range_constraints[symbol].upper) == (1, 8)
 
 
 def test_an_unsupported_architecture_is_refused_by_lower_decoder_naming_the_supported_ones():

@@ -10,6 +10,7 @@ against theirs.  Private names come from :mod:`coreai_partitioner._compat`.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from collections.abc import Callable
@@ -237,13 +238,39 @@ def finish_asset(created: Any) -> str:
 IN_MEMORY_MAX_BYTES = 1 << 20
 
 
+class KernelCopiedData(_compat.FileBackedData):
+    """ExecuTorch's ``FileBackedData``, written into the ``.pte`` by the kernel (``os.sendfile``).
+
+    Upstream copies the file through Python buffers (``shutil.copyfileobj``):
+    3.5 s for the 1.2 GB asset of a 0.6B-parameter model on this machine.
+    An output without a file descriptor gets upstream's copy.
+    """
+
+    def write_to_file(self, outfile: Any) -> None:
+        try:
+            descriptor = outfile.fileno()
+        except (AttributeError, OSError, io.UnsupportedOperation):
+            super().write_to_file(outfile)
+            return
+        outfile.flush()
+        start = outfile.tell()
+        with open(self._path, "rb") as source:
+            sent = 0
+            while sent < len(self):  # sendfile writes at, and advances, the output's own offset
+                count = os.sendfile(descriptor, source.fileno(), sent, len(self) - sent)
+                if count == 0:
+                    raise OSError(f"{self._path} ended after {sent} of {len(self)} bytes")
+                sent += count
+        outfile.seek(start + sent)  # the buffered writer learns where the descriptor now is
+
+
 def deliver_inline(staging: Path, model_hash: str, manifest_extra: dict[str, Any]) -> PreprocessResult:
     """Upstream ``_deliver`` + ``_embed_dir_inline``, with the asset's large files left on disk.
 
     Upstream reads every file of the staged asset into ``bytes``, so each
     delegate's weights stay in memory once more until the ``.pte`` is written.
     Here a file over 1 MiB is moved out of ``staging`` (which the caller
-    deletes) into a temporary file owned by ExecuTorch's ``FileBackedData``:
+    deletes) into a temporary file owned by a :class:`KernelCopiedData`:
     the NamedDataStore streams it into the ``.pte`` at ``write_to_file`` and
     deletes it when the lowered program is released.  Keys, alignment and
     manifest are upstream's, so the ``.pte`` is byte for byte the same.
@@ -263,7 +290,7 @@ def deliver_inline(staging: Path, model_hash: str, manifest_extra: dict[str, Any
             descriptor, owned = tempfile.mkstemp(prefix=".coreai_asset_", suffix=".data")
             os.close(descriptor)
             os.replace(path, owned)
-            data = _compat.FileBackedData(owned, cleanup=True)
+            data = KernelCopiedData(owned, cleanup=True)
         store.add_named_data(_compat.named_data_key(model_hash, relative), data, alignment=_compat.ASSET_ALIGNMENT)
     manifest = {"files": files, "packaging": _compat.AssetPackaging.INLINE.value, "hash": model_hash, **manifest_extra}
     return PreprocessResult(

@@ -333,7 +333,8 @@ def test_a_large_asset_streams_into_the_pte_from_disk(tmp_path, monkeypatch):
     waiting = list(tmp_path.glob(".coreai_asset_*"))
     assert waiting and max(p.stat().st_size for p in waiting) > _upstream.IN_MEMORY_MAX_BYTES
 
-    path = save_pte(lowered, tmp_path / "model.pte")
+    path = save_pte(lowered, tmp_path / "model.pte")  # the asset copied by the kernel (KernelCopiedData)
+    assert path.read_bytes() == lowered.to_executorch().buffer  # as upstream's in-memory serialization
     verify.check(path, model, x).raise_for_mismatch()
     (delegate,) = read_pte(path).delegates
     assert max(len(data) for data in delegate.files.values()) == max(p.stat().st_size for p in waiting)

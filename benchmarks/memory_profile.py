@@ -47,7 +47,11 @@ QWEN3_06B = dict(
 PHASES = (
     ("coreai_partitioner.hf", "export_decoder", "export + externalize"),
     ("executorch.exir", "to_edge_transform_and_lower", "to_edge_transform_and_lower"),
+    ("coreai_partitioner.whole_program", "lower_whole_program", "lower_whole_program"),
     ("torch.export", "export", "torch.export"),
+    ("coreai_partitioner._compat", "export_decomposed", "torch.export to decomposed ATen"),
+    ("coreai_partitioner.passes:NarrowToCoreAIDtypes", "__call__", "narrow dtypes"),
+    ("coreai_partitioner.whole_program", "to_backend", "to_backend"),
     ("torch.export.exported_program:ExportedProgram", "run_decompositions", "run_decompositions"),
     ("coreai_partitioner.subexport:SharedExports", "__call__", "sub-exports"),
     ("coreai_partitioner.subexport", "rebind", "rebind a shared export"),

@@ -40,7 +40,10 @@ The path of a record, from the model to the converter:
    included), and the outputs are compared with eager PyTorch.
 
 :func:`lower` and :func:`save_pte` do steps 1 to 4 and write the file for
-the common case.
+the common case.  An LLM decoder (:func:`hf.lower_decoder`) goes through the
+same steps with 2 and 3 swapped (:mod:`.whole_program`): its one delegate
+takes the whole graph, so it is decomposed once, partitioned and converted
+on ATen IR, and only the casts left around the delegate become edge dialect.
 """
 
 from . import _compat, verify

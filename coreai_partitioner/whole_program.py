@@ -79,10 +79,10 @@ def lower_whole_program(
 
     ``program`` is ``torch.export``'s; one already decomposed with
     :func:`decomposition_table` (functional ATen IR holding none of its ops)
-    is not decomposed again.  Returns the ``EdgeProgramManager`` (``.to_executorch()`` gives the
-    ``.pte``).  Meant for programs the delegate takes whole, where it saves
-    every re-trace of the delegated part but one; it is correct for any
-    program.
+    is not decomposed again.  Returns the ``EdgeProgramManager``
+    (``.to_executorch()`` gives the ``.pte``).  Meant for programs the
+    delegate takes whole, where it saves every re-trace of the delegated part
+    but one; it is correct for any program.
     """
     config = compile_config if compile_config is not None else _compat.unverified_compile_config()
     started = time.perf_counter()
@@ -114,9 +114,7 @@ def _outside_ops(program: ExportedProgram) -> list[torch.fx.Node]:
 
 
 def _only_casts_outside(program: ExportedProgram) -> bool:
-    return all(
-        node.target in _CASTS and set(node.kwargs) <= {"dtype"} for node in _outside_ops(program)
-    )
+    return all(node.target in _CASTS and set(node.kwargs) <= {"dtype"} for node in _outside_ops(program))
 
 
 def _casts_to_edge(program: ExportedProgram, config: Any) -> ExportedProgram:

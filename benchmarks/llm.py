@@ -221,11 +221,9 @@ def seconds(result: dict, *labels: str) -> float:
 #: Columns of the export-time breakdown: (heading, phase path).
 BREAKDOWN = (
     ("externalize", ("export + externalize",)),
-    ("  torch.export", ("export + externalize", "torch.export")),
+    ("  trace to ATen", ("export + externalize", "torch.export to decomposed ATen")),
     ("  sub-exports", ("export + externalize", "sub-exports")),
-    ("to_edge", ("to_edge",)),
-    ("  decompose", ("to_edge", "run_decompositions")),
-    ("  verifier", ("to_edge", "verifier")),
+    ("narrow dtypes", ("narrow dtypes",)),
     ("to_backend", ("to_backend",)),
     ("  preprocess", ("to_backend", "preprocess")),
     ("to_executorch", ("to_executorch",)),

@@ -9,7 +9,8 @@ same steps in another order:
 
 1. decompose once, with the table ``to_edge_transform_and_lower`` would use
    (ExecuTorch's default minus the partitioner's ``ops_to_not_decompose``);
-2. Core AI's dtype narrowing (:class:`~coreai_partitioner.passes.NarrowToCoreAIDtypes`);
+2. Core AI's transform passes (:func:`~coreai_partitioner.passes.get_default_passes`:
+   dtype narrowing);
 3. ExecuTorch's ``to_backend`` with the partitioner, on ATen IR
    (coreai-torch converts ATen programs; the backend maps edge ops back to
    ATen before converting anyway);
@@ -43,7 +44,7 @@ from torch.export import ExportedProgram
 
 from . import _compat
 from .partitioner import CoreAIPartitioner
-from .passes import NarrowToCoreAIDtypes
+from .passes import get_default_passes
 
 logger = logging.getLogger(__name__)
 
@@ -80,18 +81,20 @@ def lower_whole_program(
     ``program`` is ``torch.export``'s; one already decomposed with
     :func:`decomposition_table` (functional ATen IR holding none of its ops)
     is not decomposed again.  Returns the ``EdgeProgramManager``
-    (``.to_executorch()`` gives the ``.pte``).  Meant for programs the
+    (``.to_executorch()`` gives the ``.pte``).  ``compile_config`` defaults
+    to Core AI's, which verifies the edge IR.  Meant for programs the
     delegate takes whole, where it saves every re-trace of the delegated part
     but one; it is correct for any program.
     """
-    config = compile_config if compile_config is not None else _compat.unverified_compile_config()
+    config = compile_config if compile_config is not None else _compat.get_default_compile_config()
     started = time.perf_counter()
     table = decomposition_table(partitioner, program)
     undecomposed = [op for op in table if op not in _TRACED_BACK]
     if program.dialect != "ATEN" or contains_any_call_fn_target_op(program.graph_module, undecomposed):
         program = program.run_decompositions(table)
     RemoveNonCoreAtenOpGraphAssertsPass()(program.graph_module)
-    NarrowToCoreAIDtypes()(program.graph_module)
+    for transform in get_default_passes():  # the transform passes lower() runs on the edge program
+        transform(program.graph_module)
     logger.info("decomposed and narrowed for Core AI in %.1f s", time.perf_counter() - started)
 
     partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes

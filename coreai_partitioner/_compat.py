@@ -78,6 +78,7 @@ from executorch.exir.tracer import _default_decomposition_table as default_decom
 from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
 from executorch.exir.dialects._ops import ops as edge_ops
 from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten
 
 

@@ -140,3 +140,88 @@ def _is_64bit_factory(node: torch.fx.Node) -> bool:
 
 def _is_64bit(val) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype in _NARROW
+
+
+def expand_repeated_heads(graph_module: GraphModule) -> int:
+    """Turn ``index_select`` by a constant ``repeat_interleave`` index into ``expand`` + ``reshape``; returns how many.
+
+    coreai-torch's SDPA composite repeats grouped-query K and V heads with
+    ``index_select(x, 1, arange(n).repeat_interleave(r))``.  coreai-torch lowers
+    that to a ``gather_along_axis`` over the index broadcast to ``x``'s shape,
+    and coreai-core folds the broadcast into a constant of that shape: 32 kB
+    of int32 in a tiny model's asset, 17 MB for a Qwen3-0.6B shape at context
+    2048.  Unsqueezing, expanding and reshaping ``x`` repeats the same rows
+    (HF's ``repeat_kv``) and stores nothing.  Only a statically shaped ``x``
+    is rewritten: with a symbolic dim the broadcast is built at run time and
+    never folded.
+    """
+    graph = graph_module.graph
+    rewritten = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or _compat.aten_op(node.target) is not torch.ops.aten.index_select.default:
+            continue
+        source, dim, index = node.args
+        value = _val(source)
+        if not isinstance(value, torch.Tensor) or not all(isinstance(size, int) for size in value.shape):
+            continue
+        dim = dim % value.dim()
+        repeats = _repeat_interleave_count(_constant(index), value.shape[dim])
+        if repeats is None:
+            continue
+        expanded_shape = [*value.shape[: dim + 1], repeats, *value.shape[dim + 1 :]]
+        with graph.inserting_before(node):
+            unsqueezed = graph.call_function(torch.ops.aten.unsqueeze.default, (source, dim + 1))
+            expanded = graph.call_function(torch.ops.aten.expand.default, (unsqueezed, expanded_shape))
+            copied = graph.call_function(torch.ops.aten.clone.default, (expanded,))
+            reshaped = graph.call_function(torch.ops.aten.view.default, (copied, list(node.meta["val"].shape)))
+        unsqueezed.meta["val"] = value.unsqueeze(dim + 1)
+        expanded.meta["val"] = unsqueezed.meta["val"].expand(expanded_shape)
+        copied.meta["val"] = expanded.meta["val"].clone()
+        reshaped.meta["val"] = copied.meta["val"].view(node.meta["val"].shape)
+        for new in (unsqueezed, expanded, copied, reshaped):
+            new.meta["stack_trace"] = node.meta.get("stack_trace")
+        node.replace_all_uses_with(reshaped)
+        graph.erase_node(node)
+        _erase_unused(index, graph)
+        rewritten += 1
+    if rewritten:
+        graph_module.recompile()
+    return rewritten
+
+
+def _constant(node) -> torch.Tensor | None:
+    """The value of a node computed from literals alone (``arange(...).repeat_interleave(...)``), else None."""
+    if not isinstance(node, torch.fx.Node):
+        return node
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    inputs = {}
+    for argument in node.all_input_nodes:
+        inputs[argument] = _constant(argument)
+        if inputs[argument] is None:
+            return None
+    args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), inputs.__getitem__)
+    with _compat.unset_fake_temporarily():
+        return node.target(*args, **kwargs)
+
+
+def _repeat_interleave_count(index, size: int) -> int | None:
+    """``r`` when ``index`` is ``arange(size).repeat_interleave(r)`` with ``r > 1``, else None."""
+    if not isinstance(index, torch.Tensor) or index.dim() != 1 or index.is_floating_point() or size <= 0:
+        return None
+    repeats, rest = divmod(index.numel(), size)
+    if rest or repeats < 2:
+        return None
+    return repeats if torch.equal(index.cpu(), torch.arange(size).repeat_interleave(repeats).to(index.dtype)) else None
+
+
+def _erase_unused(node, graph: torch.fx.Graph) -> None:
+    """Erase ``node`` and then its inputs, as long as nothing else uses them."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, torch.fx.Node) or current.users or current.op != "call_function":
+            continue
+        inputs = current.all_input_nodes
+        graph.erase_node(current)
+        pending.extend(inputs)

@@ -7,12 +7,14 @@ import logging
 from collections import Counter
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch.export import ExportedProgram
 
-from coreai_partitioner import _upstream
+from coreai_partitioner import _compat, _upstream
 from coreai_partitioner.build_records import CallSiteRecord, delegate_call_sites
 from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_call_sites
+from coreai_partitioner.passes import expand_repeated_heads
 from coreai_partitioner.programs import with_own_graph
 
 logger = logging.getLogger(__name__)
@@ -25,7 +27,8 @@ def converter_records(graph: fx.Graph) -> list[Any]:
     nested in theirs), renames the call sites ``call_<path>_<i>`` and returns
     one record per distinct record: named ``<path>_<i>``, its
     ``source_nodes`` naming its call sites, and, where its own program holds
-    nested call sites, over a renamed copy of its graph.  coreai-torch's op
+    nested call sites or repeats heads by ``index_select``, over a renamed or
+    rewritten copy of its graph.  coreai-torch's op
     and graph names carry per-process suffixes and both reach the asset, so
     the names are what make two builds of one model alike.  ``graph`` is
     renamed in place; the records themselves are never changed.
@@ -43,8 +46,10 @@ def converter_records(graph: fx.Graph) -> list[Any]:
             new.name = f"{path}_{seen[path]}"
             new.source_nodes = []
             seen[path] += 1
-            if claimed.nested:
+            if claimed.nested or _has_index_select(claimed.record.exported_program.graph):
                 new.exported_program = with_own_graph(claimed.record.exported_program)
+                expand_repeated_heads(new.exported_program.graph_module)
+            if claimed.nested:
                 nested = [
                     (node, claimed.nested[node.name])
                     for nodes in call_sites_by_op(new.exported_program.graph).values()
@@ -61,6 +66,13 @@ def converter_records(graph: fx.Graph) -> list[Any]:
     return list(named.values())
 
 
+def _has_index_select(graph: fx.Graph) -> bool:
+    return any(node.op == "call_function" and _compat.aten_op(node.target) is _INDEX_SELECT for node in graph.nodes)
+
+
+_INDEX_SELECT = torch.ops.aten.index_select.default
+
+
 def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:
     name_call_sites(graph, {c.record.op_name: module_path(c.record) for c in claimed})
 
@@ -68,10 +80,12 @@ def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:
 def convert(program: ExportedProgram) -> Any:
     """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram``.
 
-    The program is rewritten in place: ATen targets, call sites renamed.
+    The program is rewritten in place: ATen targets, call sites renamed,
+    repeated heads expanded (:func:`~coreai_partitioner.passes.expand_repeated_heads`).
     """
     records = converter_records(program.graph)
     _upstream.to_aten(program)
+    expand_repeated_heads(program.graph_module)
     logger.info("converting a delegate with %d externalized call site(s)", len(records))
     converter = _upstream.BuildIndependentConverter()
     converter.add_exported_program(program, _externalized_exported_programs=records or None)

@@ -1,0 +1,68 @@
+"""Graph passes over exported programs: what they rewrite, and that the rewritten graph computes the same."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from coreai_torch import get_decomp_table
+from coreai_torch.composite_ops import SDPA
+
+from coreai_partitioner.passes import expand_repeated_heads
+
+INDEX_SELECT = torch.ops.aten.index_select.default
+ARANGE = torch.ops.aten.arange.start_step
+
+
+def exported(module: torch.nn.Module, *sample: torch.Tensor, dynamic_shapes=None) -> torch.export.ExportedProgram:
+    return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes).run_decompositions(get_decomp_table())
+
+
+def targets(program: torch.export.ExportedProgram) -> list:
+    return [node.target for node in program.graph.nodes if node.op == "call_function"]
+
+
+def gqa_inputs(kv_heads: int = 2) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(0)
+    return (
+        torch.randn(1, 8, 5, 16, generator=generator),
+        torch.randn(1, kv_heads, 12, 16, generator=generator),
+        torch.randn(1, kv_heads, 12, 16, generator=generator),
+    )
+
+
+def test_gqa_head_repeat_in_coreai_torchs_sdpa_becomes_an_expand_and_computes_the_same():
+    inputs = gqa_inputs()
+    program = exported(SDPA(is_causal=True), *inputs)
+    assert targets(program).count(INDEX_SELECT) == 2  # K and V, by arange(2).repeat_interleave(4)
+    aranges = targets(program).count(ARANGE)
+    expected = program.module()(*inputs)
+
+    assert expand_repeated_heads(program.graph_module) == 2
+    assert INDEX_SELECT not in targets(program)
+    assert targets(program).count(ARANGE) == aranges - 2  # each index's chain goes with it
+    torch.testing.assert_close(program.module()(*inputs), expected, rtol=0, atol=0)
+
+
+class Gather(torch.nn.Module):
+    def __init__(self, index: list[int]) -> None:
+        super().__init__()
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x, 1, torch.tensor(self.index)) * 2
+
+
+@pytest.mark.parametrize("index", [[1, 0], [0, 1, 0, 1], [0, 0, 1]])
+def test_an_index_that_is_not_a_repeat_of_every_row_stays_an_index_select(index):
+    x = torch.randn(1, 2, 3)
+    program = exported(Gather(index), x)
+    assert expand_repeated_heads(program.graph_module) == 0
+    torch.testing.assert_close(program.module()(x), Gather(index)(x))
+
+
+def test_a_symbolic_dim_keeps_the_index_select_which_coreai_builds_at_run_time():
+    inputs = gqa_inputs()
+    length = torch.export.Dim("S", min=2, max=64)
+    program = exported(SDPA(), *inputs, dynamic_shapes=(None, {2: length}, {2: length}))
+    assert expand_repeated_heads(program.graph_module) == 0
+    assert targets(program).count(INDEX_SELECT) == 2

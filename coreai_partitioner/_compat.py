@@ -18,7 +18,12 @@ with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="coreai-torch has only been validated")
     import coreai_torch  # noqa: F401
 
+from coreai._compiler._mlir_libs._coreaiIR._bindings.mlir import set_block_arg_location, set_op_location
+from coreai._compiler.ir import Location as CoreAILocation
 from coreai_torch import TorchConverter
+from coreai_torch._debug_locations import OperationID
+from coreai_torch._debug_locations import _create_unknown_location_with_operation_id as unknown_location
+from coreai_torch._debug_locations import _get_nested_operations as nested_operations
 from coreai_torch import _patch_model_for_externalization as patch_model_for_externalization
 from coreai_torch._utils import _EXTERNALIZE_NAMESPACE as EXTERNALIZE_NAMESPACE
 from coreai_torch.externalize import ExternalizeSpec

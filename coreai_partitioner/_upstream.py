@@ -136,13 +136,13 @@ class BuildIndependentConverter(_compat.TorchConverter):
     becomes a blob named ``weight_<n>`` in creation order, over the tensor's
     own memory where its dtype allows (no copy); a sub-byte weight (int4) is
     its bit-packed bytes, as coreai-torch embeds them.  Everything else (float8,
-    small or splat constants) is coreai-torch's own.  Constants coreai-core
-    folds itself while building the asset (the SDPA composite's GQA gather
-    index) keep its per-process names.
+    small or splat constants) is coreai-torch's own.  ``stack_traces=False`` is
+    coreai-torch's ``Mode.RELEASE`` (operation IDs only).
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, stack_traces: bool = True) -> None:
+        mode = _compat.TorchConverter.Mode.DEBUG if stack_traces else _compat.TorchConverter.Mode.RELEASE
+        super().__init__(mode=mode)
         self._weights = 0
 
     def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
@@ -183,6 +183,27 @@ def _is_splat(array: Any) -> bool:
     bits = array.reshape(-1).view(np.dtype(f"u{array.itemsize}"))
     first = bits[0]
     return bool(bits[-1] == first and bits[len(bits) // 2] == first and (bits == first).all())
+
+
+def strip_debug_info(program: Any, *, keep_op_ids: bool) -> None:
+    """coreai-torch's ``debugging.debug_info.strip_debug_info``, with operation IDs optional.
+
+    Every op's location becomes coreai-torch's unknown debug location: with a
+    sequential operation ID when ``keep_op_ids`` (what coreai-torch's own
+    function does), with no metadata otherwise.  In place.
+    """
+    module_op = program._module._mlir_module.operation
+    context = module_op.context
+    source = _compat.CoreAILocation.file(filename="", line=0, col=0, context=context)
+    _compat.set_op_location(module_op, _compat.unknown_location(None, source, context))
+    for index, operation in enumerate(_compat.nested_operations(module_op)):
+        operation_id = _compat.OperationID(type="coreai", value=index) if keep_op_ids else None
+        location = _compat.unknown_location(operation_id, source, context)
+        _compat.set_op_location(operation, location)
+        for region in operation.regions:
+            for block in region:
+                for argument in block.arguments:
+                    _compat.set_block_arg_location(argument, location)
 
 
 # ----------------------------------------------------------- coreai-core 1.0.0b3

@@ -17,6 +17,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
 from . import _compat, _upstream
 from .backends.apple_coreai import BACKEND_ID
+from .backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, compile_specs as debug_info_specs
 from .build_records import claim_call_sites
 from .call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from .externalize import check_records
@@ -33,6 +34,10 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             for the program being lowered.  Each ``coreai_torch_ext`` call site
             is found by its op target (node names change in ``to_edge``) and
             lowered as a ``noinline`` composite graph inside the delegate.
+        debug_info: what the asset keeps of coreai-torch's debug locations:
+            ``"none"`` (default, as ExecuTorch keeps debug data out of a
+            ``.pte``), ``"op_ids"`` or ``"full"`` (torch stack traces with the
+            build machine's source paths, for device diagnostics).
         **options: every option of ``executorch.backends.apple.coreai.CoreAIPartitioner``
             (``uses_sidecar``, ``aot_compile_config``, ``min_deployment_version``,
             ``input_enumerations``, ``take_over_constant_data``,
@@ -42,10 +47,13 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
     :func:`externalize_modules` calls.
     """
 
-    def __init__(self, externalized_modules: Sequence[Any] | None = None, **options: Any) -> None:
+    def __init__(
+        self, externalized_modules: Sequence[Any] | None = None, *, debug_info: str = DEFAULT_DEBUG_INFO, **options: Any
+    ) -> None:
         super().__init__(**options)
         self._records = check_records(externalized_modules)
-        self.delegation_spec = DelegationSpec(BACKEND_ID, _compat.base_compile_specs(self))
+        self._compile_specs = _compat.base_compile_specs(self) + debug_info_specs(debug_info)
+        self.delegation_spec = DelegationSpec(BACKEND_ID, self._compile_specs)
         # to_edge_transform_and_lower calls transform_for_pre_decomposition once
         # per method before partition(); the legacy to_edge() flow never does.
         self._pending_partitions = 0
@@ -100,7 +108,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         spec = CompileSpec(
             _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
         )
-        return DelegationSpec(BACKEND_ID, _compat.base_compile_specs(self) + [spec])
+        return DelegationSpec(BACKEND_ID, self._compile_specs + [spec])
 
 
 def _raise_on_undelegated_call_sites(

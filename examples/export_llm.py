@@ -155,6 +155,10 @@ def main() -> None:
         choices=("int8", "int4"),
         help="weight-only, with coreai-opt: int8 per channel, int4 in blocks of 32; composites stay float",
     )
+    parser.add_argument(
+        "--debug-info", choices=("none", "op_ids", "full"), default="none",
+        help="what the Core AI asset keeps of the torch source: full = stack traces, for device diagnostics",
+    )
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
     parser.add_argument("--verify", action="store_true", help="check the .pte against HF eager")
     parser.add_argument("--generate", metavar="PROMPT", help="run ExecuTorch's TextLLMRunner on the .pte")
@@ -174,7 +178,9 @@ def main() -> None:
         bar.set_description("export and lower")
         start = time.perf_counter()
         quantized: list[torch.nn.Module] = []
-        lowered = hf.lower_decoder(model, shapes, quantize=args.quantize, quantized_reference=quantized)
+        lowered = hf.lower_decoder(
+            model, shapes, quantize=args.quantize, quantized_reference=quantized, debug_info=args.debug_info
+        )
         phases["export and lower"] = time.perf_counter() - start
         bar.update()
         bar.set_description("serialize")

@@ -218,6 +218,39 @@ def test_unknown_min_deployment_version_is_rejected():
         lower(ep, records, min_deployment_version="12")
 
 
+def debug_asm(delegate) -> str:
+    """The delegate's asset printed with its op locations (``asset_ir`` leaves them out)."""
+    import tempfile
+
+    from coreai.authoring import AIModelAsset
+
+    with tempfile.TemporaryDirectory() as directory:
+        module = AIModelAsset.load(delegate.asset_path(directory)).program._module._mlir_module
+        return module.operation.get_asm(large_elements_limit=16, large_resource_limit=64, enable_debug_info=True)
+
+
+@pytest.mark.parametrize("level", ["none", "op_ids", "full"])
+def test_debug_info_keeps_source_paths_only_when_asked_for_full(level):
+    import inspect
+
+    from helpers import TwoNorms
+
+    model, x, ep, records = two_norms()
+    lowered = lower(ep, records, debug_info=level)
+    (delegate,) = to_pte(lowered).delegates
+    asm = debug_asm(delegate)
+    assert (inspect.getsourcefile(TwoNorms) in asm) == (level == "full")
+    assert ('"op_id"' in asm) == (level != "none")
+    verify.check(lowered, model, x).raise_for_mismatch()
+    specs = {s.key: bytes(s.value) for s in lowered.to_executorch().executorch_program.execution_plan[0].delegates[0].compile_specs}
+    assert specs.get("coreai_debug_info") == (None if level == "none" else level.encode())
+
+
+def test_unknown_debug_info_level_is_rejected_naming_the_levels():
+    with pytest.raises(ValueError, match="debug_info='verbose' is not one of 'none', 'op_ids', 'full'"):
+        CoreAIPartitioner(debug_info="verbose")
+
+
 class Dynamic(torch.nn.Module):
     """No reshape, so a dynamic sequence length keeps it one delegate."""
 

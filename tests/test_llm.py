@@ -251,7 +251,8 @@ def test_dynamic_pte_prefills_in_one_call_and_generates_hf_greedy_tokens(kind, d
     pte = read_pte(path)
     assert [d.method for d in pte.delegates] == ["forward"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    assert pte.size < 1.2 * weights + 40_000  # one copy of the weights; the asset's fixed overhead is tens of KB
+    # One copy of the weights and a ~16 kB program (1.04x in fp32): no weight-sized constant, no debug info.
+    assert pte.size < weights + 20_000, (pte.size, weights)
 
     prompt = prompt_tokens()
     with torch.no_grad():
@@ -337,7 +338,7 @@ def test_enumerated_pte_has_one_asset_with_t_1_and_t_chunk_sharing_the_weights_a
     pte = read_pte(path)
     assert [d.method for d in pte.delegates] == ["forward"]
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    assert pte.size < 1.2 * weights + 40_000  # two entrypoints, one copy of the weights
+    assert pte.size < weights + 48_000, (pte.size, weights)  # one copy of the weights under two entrypoints
 
     prompt = prompt_tokens()
     with torch.no_grad():

@@ -57,25 +57,40 @@ BUILD = textwrap.dedent(
         program = quantize(program, "int4", records=records)
         return bytes(lower_exported((program, records)).to_executorch().buffer)
 
-    first, second, int4 = build(), build(), build_int4()
-    print(*(hashlib.sha256(pte).hexdigest() for pte in (first, second, int4)))
+    def build_decoder():
+        # GQA: coreai-core used to fold the SDPA composite's repeated-head index into a constant named per process.
+        from transformers import AutoModelForCausalLM
+        from coreai_partitioner import hf
+
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(hf.tiny_config("qwen3")).eval()
+        shapes = hf.DecoderShapes(max_context_len=32, prefill_chunk=8)
+        return bytes(hf.lower_decoder(model, shapes).to_executorch().buffer)
+
+    first, second, int4, decoder = build(), build(), build_int4(), build_decoder()
+    print(*(hashlib.sha256(pte).hexdigest() for pte in (first, second, int4, decoder)))
     """
 )
 
 
-def build_in_a_process(seed: str) -> list[str]:
+def build_in_a_process(seed: str, directory: Path) -> list[str]:
     tests = Path(__file__).resolve().parent
     code = BUILD.format(paths=[str(tests), str(tests.parent / "examples")])
     env = {**os.environ, "PYTHONHASHSEED": seed}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env, cwd=directory
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.splitlines()[-1].split()
 
 
 @pytest.fixture(scope="module")
-def builds() -> tuple[list[str], list[str]]:
-    """Hashes of (a build, the same build again, an int4 build), from two processes."""
-    return build_in_a_process("1"), build_in_a_process("2")
+def builds(tmp_path_factory) -> tuple[list[str], list[str]]:
+    """Hashes of (a build, the same build again, an int4 build, a GQA decoder), from two processes in two directories."""
+    return (
+        build_in_a_process("1", tmp_path_factory.mktemp("first")),
+        build_in_a_process("2", tmp_path_factory.mktemp("second")),
+    )
 
 
 def test_two_builds_are_byte_identical_in_one_process_and_across_processes(builds):
@@ -87,6 +102,11 @@ def test_two_builds_are_byte_identical_in_one_process_and_across_processes(build
 def test_int4_builds_in_two_processes_are_byte_identical(builds):
     first, second = builds
     assert first[2] == second[2], "int4 builds in two processes differ"
+
+
+def test_gqa_decoder_builds_in_two_processes_and_directories_are_byte_identical(builds):
+    first, second = builds
+    assert first[3] == second[3], "GQA decoder builds in two processes differ"
 
 
 def test_asset_names_do_not_depend_on_the_build():

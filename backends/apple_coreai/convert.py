@@ -17,6 +17,8 @@ from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_ca
 from coreai_partitioner.passes import expand_repeated_heads
 from coreai_partitioner.programs import with_own_graph
 
+from .debug_info import DEFAULT as DEFAULT_DEBUG_INFO, keep_only
+
 logger = logging.getLogger(__name__)
 
 
@@ -77,16 +79,19 @@ def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:
     name_call_sites(graph, {c.record.op_name: module_path(c.record) for c in claimed})
 
 
-def convert(program: ExportedProgram) -> Any:
+def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> Any:
     """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram``.
 
     The program is rewritten in place: ATen targets, call sites renamed,
     repeated heads expanded (:func:`~coreai_partitioner.passes.expand_repeated_heads`).
+    Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).
     """
     records = converter_records(program.graph)
     _upstream.to_aten(program)
     expand_repeated_heads(program.graph_module)
     logger.info("converting a delegate with %d externalized call site(s)", len(records))
-    converter = _upstream.BuildIndependentConverter()
+    converter = _upstream.BuildIndependentConverter(stack_traces=debug_info == "full")
     converter.add_exported_program(program, _externalized_exported_programs=records or None)
-    return converter.to_coreai()
+    converted = converter.to_coreai()
+    keep_only(converted, debug_info)
+    return converted

@@ -33,6 +33,7 @@ from torch.export import ExportedProgram
 from coreai_partitioner import _compat, _upstream
 from coreai_partitioner.programs import with_own_graph
 
+from . import debug_info
 from .convert import convert
 from .initial_state import stage_initial_state
 from .io_compat import assert_io_compatible
@@ -67,7 +68,7 @@ class CoreAICompositeBackend(BackendDetails):
         compile_specs: List[CompileSpec],
     ) -> PreprocessResult:
         sidecar_dir = _upstream.sidecar_dir(compile_specs)
-        program = convert(with_own_graph(edge_program))
+        program = convert(with_own_graph(edge_program), debug_info.requested(compile_specs))
 
         assert_io_compatible(program, edge_program)
         raw_enumerations = _compat.get_compile_spec(compile_specs, _KEYS.INPUT_ENUMERATIONS)

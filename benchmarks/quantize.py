@@ -3,7 +3,7 @@
     python benchmarks/quantize.py                       # tiny llama, qwen2, qwen3 and a 'small' qwen3
     python benchmarks/quantize.py --configs qwen3-0.6b   # the Qwen3-0.6B shape, random weights (needs ~13 GB; run alone)
 
-Each row is one model exported as the LLM example does (``hf.StaticCacheDecoder``,
+Each row is one model exported as the LLM example does (``hf.lower_decoder``:
 ``forward(tokens, input_pos)`` with T symbolic, RMSNorm / SDPA / RoPE
 composites), lowered three times in a process of its own per scheme: fp16,
 int8 (per channel) and int4 (blocks of 32).  Sizes are of the whole ``.pte``,
@@ -48,44 +48,30 @@ def _config(name: str):
 
 
 def measure(config_name: str, scheme: str, chunk: int, context: int) -> dict:
-    """Export, (quantize,) lower and serialize one model; the .pte size and phase times."""
+    """Export, (quantize,) lower and write one model as the LLM example does; the .pte size and time."""
+    import tempfile
+    from pathlib import Path
+
     import torch
-    from coreai_torch import get_decomp_table
-    from executorch.exir import to_edge_transform_and_lower
     from transformers import AutoModelForCausalLM
 
-    from coreai_partitioner import CoreAIPartitioner, default_specs, externalize_modules, get_default_compile_config, hf
-    from coreai_partitioner.passes import get_default_passes
-    from coreai_partitioner.quantize import quantize
+    from coreai_partitioner import hf, save_pte
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(_config(config_name), torch_dtype=torch.float16).eval()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    tokens = torch.export.Dim("T", min=1, max=chunk)
-    dynamic_shapes = ({1: tokens}, {0: tokens})
-    sample = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
-    times = {}
+    shapes = hf.DecoderShapes(max_context_len=context, prefill_chunk=chunk)
     start = time.perf_counter()
-    with hf.coreai_composites(model), torch.no_grad():
-        program, records = externalize_modules(
-            hf.StaticCacheDecoder(model, context).eval(), default_specs(),
-            export_fn=lambda m: torch.export.export(m, sample, dynamic_shapes=dynamic_shapes),
-        )
-    times["export"] = time.perf_counter() - start
-    start = time.perf_counter()
-    if scheme == "fp16":
-        program = program.run_decompositions(get_decomp_table())
-    else:
-        program = quantize(program, scheme, records=records, dynamic_shapes=dynamic_shapes)
-    times["quantize"] = time.perf_counter() - start
-    start = time.perf_counter()
-    lowered = to_edge_transform_and_lower(
-        program, partitioner=[CoreAIPartitioner(externalized_modules=records)],
-        compile_config=get_default_compile_config(), transform_passes=get_default_passes(),
-    )
-    size = len(lowered.to_executorch().buffer)
-    times["lower"] = time.perf_counter() - start
-    return {"config": config_name, "scheme": scheme, "pte": size, "weights": weights, "seconds": times}
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "model.pte"
+        save_pte(hf.lower_decoder(model, shapes, quantize=None if scheme == "fp16" else scheme), path)
+        size = path.stat().st_size
+    return {"config": config_name, "scheme": scheme, "pte": size, "weights": weights,
+            "seconds": time.perf_counter() - start}
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.1f} kB"
 
 
 def main() -> None:
@@ -114,15 +100,16 @@ def main() -> None:
                 sys.exit(f"{config_name} {scheme} failed:\n{run.stderr[-3000:]}")
             results[scheme] = json.loads(run.stdout.strip().splitlines()[-1])
         base = results["fp16"]["pte"]
-        row = [config_name, f"{results['fp16']['weights'] / 1e6:.2f}", f"{base / 1e6:.2f}"]
+        row = [config_name, _size(results["fp16"]["weights"]), _size(base)]
         for scheme in ("int8", "int4"):
             ratio = results[scheme]["pte"] / base
             verdict = "ok" if ratio <= TARGETS[scheme] else f"> {TARGETS[scheme]}"
-            row += [f"{results[scheme]['pte'] / 1e6:.2f}", f"{ratio:.3f}x ({verdict})", f"{results[scheme]['seconds']['quantize']:.1f}"]
+            row += [_size(results[scheme]["pte"]), f"{ratio:.3f}x ({verdict})"]
+        row.append(" / ".join(f"{results[scheme]['seconds']:.1f}" for scheme in SCHEMES))
         rows.append(row)
         print(" | ".join(row), flush=True)  # progress; the table follows
-    headers = ["model", "fp16 weights MB", "fp16 .pte MB", "int8 .pte MB", "int8 / fp16", "int8 quantize s",
-               "int4 .pte MB", "int4 / fp16", "int4 quantize s"]
+    headers = ["model", "fp16 weights", "fp16 .pte", "int8 .pte", "int8 / fp16", "int4 .pte", "int4 / fp16",
+               "export s (fp16 / int8 / int4)"]
     print(tabulate(rows, headers=headers, tablefmt="github"))
 
 

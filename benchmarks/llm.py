@@ -17,8 +17,11 @@ the same model.  Time and exact peak RSS per phase come from
 ``.pte`` in ExecuTorch's runtime (host Core AI backend) and times a 64-token
 prompt as one ``forward`` call and as 64 single-token calls (warm, median),
 greedy decode tokens/s, and checks the one-call prefill's logits against
-Hugging Face eager (rows of at most ``RUNTIME_MAX_LAYERS`` layers, or every
-row with ``--runtime-all``).  "export" is from the loaded model to the written file;
+Hugging Face eager (the rows in ``TIMED_ROWS``, or every row with
+``--runtime-all``).  The ``qwen3-0.6b-28l-fp32`` row is the 28-layer 0.6B
+checkpoint loaded in fp32, for runtime figures at that width: coreai-core's
+Linux CPU runtime computes fp16 in software (about 0.05 GFLOP/s, ~100x below
+its fp32), so an fp16 64-token prefill at d 1024 takes about 25 minutes.  "export" is from the loaded model to the written file;
 imports and loading are apart.  "extra/w" is peak RSS above the loaded
 model, over the weight bytes (a tied embedding counted once).
 """
@@ -57,12 +60,17 @@ ROWS = {
     "qwen3-0.6b-14l": ("qwen3-0.6b", "fp16", 14),
     "qwen3-0.6b-28l": ("qwen3-0.6b", "fp16", 28),
     "llama-3.2-1b": ("llama-3.2-1b", "fp16", 16),
+    "qwen3-0.6b-28l-fp32": ("qwen3-0.6b", "fp32", 28),
 }
 PATHS = ("plugin", "oneshot")
-#: Rows with more layers skip the runtime figures unless --runtime-all: coreai-core compiles an asset
-#: on its first call, and on this Linux CPU runtime the first 64-token call of the 4-layer row at the
-#: 0.6B width (d 1024) took 546 s, and a second had not returned after 8 minutes.
-RUNTIME_MAX_LAYERS = 2
+#: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
+#: runtime runs fp16 in software: a 64-token call of the 4-layer fp16 row took 546 s, 377 s of it the
+#: lm_head (0.05 GFLOP/s against 5 GFLOP/s in fp32), so that width is timed in fp32.
+TIMED_ROWS = ("llama", "qwen2", "qwen3", "mistral", "qwen3-0.6b-28l-fp32")
+#: Rows only there for runtime figures: the one-shot comparison is the fp16 row's.
+RUNTIME_ONLY_ROWS = ("qwen3-0.6b-28l-fp32",)
+#: Above this many weight bytes a row repeats its timed calls less (seconds per call at d 1024).
+LARGE = 100e6
 
 
 def checkpoint_config(recipe: str, layers: int) -> Any:
@@ -113,8 +121,12 @@ def _tree(span: memory_profile.Span) -> dict:
             "rss_after": span.rss_after, "peak": span.peak, "children": [_tree(c) for c in span.children.values()]}
 
 
-def time_runtime(pte: Path, model: Any) -> dict:
-    """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs eager."""
+def time_runtime(pte: Path, model: Any, large: bool) -> dict:
+    """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs eager.
+
+    Warm medians of 5 one-call prefills and 2 token-by-token ones and 32 decode steps; a ``large``
+    model (seconds per call) runs 2, 1 and 8.
+    """
     import torch
 
     from coreai_partitioner import load_runtime_backend, verify
@@ -147,12 +159,13 @@ def time_runtime(pte: Path, model: Any) -> dict:
 
     cold, _ = timed(one_call, 1)  # compiles on first use
     single_cold, _ = timed(lambda: method.execute([prompt[:, :1], positions[:1]]), 1)
-    one, _ = timed(one_call, 5)
-    per_token, _ = timed(token_by_token, 2)
+    one, _ = timed(one_call, 2 if large else 5)
+    per_token, _ = timed(token_by_token, 1 if large else 2)
+    decode = 8 if large else DECODE
     logits = one_call()  # the cache now holds the prompt
     tokens = [int(logits[0, -1].argmax())]
     start = time.perf_counter()
-    for i in range(DECODE):
+    for i in range(decode):
         logits = method.execute([torch.tensor([[tokens[-1]]]), torch.tensor([PROMPT + i])])[0]
         tokens.append(int(logits[0, -1].argmax()))
     decode_s = time.perf_counter() - start
@@ -167,7 +180,7 @@ def time_runtime(pte: Path, model: Any) -> dict:
         "single_cold_s": single_cold,
         "ttft_one_call_s": one,
         "ttft_token_by_token_s": per_token,
-        "decode_tokens_per_s": DECODE / decode_s,
+        "decode_tokens_per_s": decode / decode_s,
         "prefill_max_abs_err": float(error.max()),
         "prefill_matches_eager": bool(torch.allclose(got.float(), expected.float(), atol=atol, rtol=rtol)),
         "tolerance": [atol, rtol],
@@ -192,7 +205,7 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     }
     if path == "plugin" and runtime:
         result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
-        result.update(time_runtime(out, model))
+        result.update(time_runtime(out, model, measurement.weights > LARGE))
     out.unlink(missing_ok=True)
     shutil.rmtree(out.with_suffix(".aimodel"), ignore_errors=True)  # the one shot's asset
     result["process_s"] = time.perf_counter() - started
@@ -238,7 +251,7 @@ def run_row(name: str, path: str, args: argparse.Namespace) -> dict | None:
     result_file.unlink(missing_ok=True)
     command = [sys.executable, __file__, "--worker", name, path, "--cache-dir", str(args.cache_dir),
                "--work-dir", str(args.work_dir)]
-    if args.runtime_all or ROWS[name][2] <= RUNTIME_MAX_LAYERS:
+    if args.runtime_all or name in TIMED_ROWS:
         command.append("--runtime")
     print(f"{name} ({path}) ...", end=" ", flush=True)
     start = time.perf_counter()
@@ -416,7 +429,7 @@ def main() -> None:
     parser.add_argument("--load", type=Path, help="print a saved llm.json instead of running, or collect "
                         "the rows a run finished from its --work-dir (and write --results)")
     parser.add_argument("--runtime-all", action="store_true",
-                        help=f"time the .pte in the runtime for every row, not only those of <= {RUNTIME_MAX_LAYERS} layers")
+                        help=f"time the .pte in the runtime for every row, not only {', '.join(TIMED_ROWS)}")
     parser.add_argument("--worker", nargs=2, metavar=("ROW", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--runtime", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -434,7 +447,8 @@ def main() -> None:
         results.sort(key=lambda r: (list(ROWS).index(r["row"]), PATHS.index(r["path"])))
     else:
         args.work_dir.mkdir(parents=True, exist_ok=True)
-        results = [run_row(name, path, args) for name in args.rows for path in args.paths]
+        results = [run_row(name, path, args) for name in args.rows for path in args.paths
+                   if not (path == "oneshot" and name in RUNTIME_ONLY_ROWS)]
     args.results.mkdir(parents=True, exist_ok=True)
     meta = {"cores": os.cpu_count(), "prompt": PROMPT, "decode": DECODE, "max_context_len": MAX_CONTEXT_LEN}
     (args.results / "llm.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))

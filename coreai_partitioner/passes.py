@@ -12,6 +12,10 @@ program's.
 :func:`remove_noop_expands` keeps an exported dim enumerable down to 1 (an
 LLM's ``T`` in {1, chunk}): it drops the ``expand`` calls that specialize
 wrongly in Core AI (coreai-core 1.0.0b3).
+
+:func:`expand_repeated_heads` turns GQA's head repeat by ``index_select``
+into an ``expand``, which coreai-core does not fold into a constant of K's
+shape.
 """
 
 from __future__ import annotations
@@ -194,6 +198,8 @@ def _constant(node) -> torch.Tensor | None:
     if not isinstance(node, torch.fx.Node):
         return node
     if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return None
+    if torch.Tag.nondeterministic_seeded in node.target.tags:  # randint: not the same value at run time
         return None
     inputs = {}
     for argument in node.all_input_nodes:

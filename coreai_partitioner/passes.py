@@ -161,9 +161,7 @@ def expand_repeated_heads(graph_module: GraphModule) -> int:
     """
     graph = graph_module.graph
     rewritten = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or _compat.aten_op(node.target) is not torch.ops.aten.index_select.default:
-            continue
+    for node in index_selects(graph):
         source, dim, index = node.args
         value = _val(source)
         if not isinstance(value, torch.Tensor) or not all(isinstance(size, int) for size in value.shape):
@@ -191,6 +189,15 @@ def expand_repeated_heads(graph_module: GraphModule) -> int:
     if rewritten:
         graph_module.recompile()
     return rewritten
+
+
+def index_selects(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """The graph's ``index_select`` calls, ATen or edge; what :func:`expand_repeated_heads` looks at."""
+    return [
+        node
+        for node in graph.nodes
+        if node.op == "call_function" and _compat.aten_op(node.target) is torch.ops.aten.index_select.default
+    ]
 
 
 def _constant(node) -> torch.Tensor | None:

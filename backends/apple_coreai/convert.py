@@ -7,14 +7,13 @@ import logging
 from collections import Counter
 from typing import Any
 
-import torch
 import torch.fx as fx
 from torch.export import ExportedProgram
 
-from coreai_partitioner import _compat, _upstream
+from coreai_partitioner import _upstream
 from coreai_partitioner.build_records import CallSiteRecord, delegate_call_sites
 from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_call_sites
-from coreai_partitioner.passes import expand_repeated_heads
+from coreai_partitioner.passes import expand_repeated_heads, index_selects
 from coreai_partitioner.programs import with_own_graph
 
 from .debug_info import DEFAULT as DEFAULT_DEBUG_INFO, keep_only
@@ -48,7 +47,7 @@ def converter_records(graph: fx.Graph) -> list[Any]:
             new.name = f"{path}_{seen[path]}"
             new.source_nodes = []
             seen[path] += 1
-            if claimed.nested or _has_index_select(claimed.record.exported_program.graph):
+            if claimed.nested or index_selects(claimed.record.exported_program.graph):
                 new.exported_program = with_own_graph(claimed.record.exported_program)
                 expand_repeated_heads(new.exported_program.graph_module)
             if claimed.nested:
@@ -66,13 +65,6 @@ def converter_records(graph: fx.Graph) -> list[Any]:
     for node, claimed in sites:
         visit(node.name, claimed)
     return list(named.values())
-
-
-def _has_index_select(graph: fx.Graph) -> bool:
-    return any(node.op == "call_function" and _compat.aten_op(node.target) is _INDEX_SELECT for node in graph.nodes)
-
-
-_INDEX_SELECT = torch.ops.aten.index_select.default
 
 
 def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:

@@ -266,9 +266,11 @@ def set_producer(metadata: Any, producer: str) -> None:
     metadata._producer = producer
 
 
-def program_asm(program: Any) -> str:
-    """The printed IR of an ``AIProgram``, large constants and weight blobs elided."""
-    return program._module._mlir_module.operation.get_asm(large_elements_limit=16, large_resource_limit=64)
+def program_asm(program: Any, *, locations: bool = False) -> str:
+    """The printed IR of an ``AIProgram``, large constants and weight blobs elided; op locations if asked."""
+    return program._module._mlir_module.operation.get_asm(
+        large_elements_limit=16, large_resource_limit=64, enable_debug_info=locations
+    )
 
 
 def deserialize_pte_views(data: memoryview) -> tuple[Any, dict[str, memoryview]]:

@@ -33,6 +33,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from coreai_partitioner import hf, verify  # noqa: E402
+from coreai_partitioner.backends.apple_coreai import debug_info  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -156,7 +157,7 @@ def main() -> None:
         help="weight-only, with coreai-opt: int8 per channel, int4 in blocks of 32; composites stay float",
     )
     parser.add_argument(
-        "--debug-info", choices=("none", "op_ids", "full"), default="none",
+        "--debug-info", choices=debug_info.LEVELS, default=debug_info.DEFAULT,
         help="what the Core AI asset keeps of the torch source: full = stack traces, for device diagnostics",
     )
     parser.add_argument("--out", type=Path, default=Path("model.pte"))

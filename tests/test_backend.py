@@ -224,9 +224,10 @@ def debug_asm(delegate) -> str:
 
     from coreai.authoring import AIModelAsset
 
+    from coreai_partitioner._compat import program_asm
+
     with tempfile.TemporaryDirectory() as directory:
-        module = AIModelAsset.load(delegate.asset_path(directory)).program._module._mlir_module
-        return module.operation.get_asm(large_elements_limit=16, large_resource_limit=64, enable_debug_info=True)
+        return program_asm(AIModelAsset.load(delegate.asset_path(directory)).program, locations=True)
 
 
 @pytest.mark.parametrize("level", ["none", "op_ids", "full"])

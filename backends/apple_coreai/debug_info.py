@@ -29,17 +29,20 @@ COMPILE_SPEC_KEY = "coreai_debug_info"
 
 def compile_specs(level: str) -> list[CompileSpec]:
     """The compile spec that asks for ``level`` (none for the default)."""
-    if level not in LEVELS:
-        raise ValueError(f"debug_info={level!r} is not one of {', '.join(map(repr, LEVELS))}")
+    _check(level, "debug_info")
     return [] if level == DEFAULT else [CompileSpec(COMPILE_SPEC_KEY, level.encode())]
 
 
 def requested(specs: list[CompileSpec]) -> str:
     """The level a delegate's compile specs ask for."""
     level = next((spec.value.decode() for spec in specs if spec.key == COMPILE_SPEC_KEY), DEFAULT)
-    if level not in LEVELS:
-        raise ValueError(f"compile spec {COMPILE_SPEC_KEY}={level!r} is not one of {', '.join(LEVELS)}")
+    _check(level, f"compile spec {COMPILE_SPEC_KEY}")
     return level
+
+
+def _check(level: str, where: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"{where}={level!r} is not one of {', '.join(map(repr, LEVELS))}")
 
 
 def keep_only(program: Any, level: str) -> None:

@@ -58,13 +58,19 @@ def _config(name: str):
 
 
 def stored_bytes(model, scheme: str, block_size: int = 32) -> int:
-    """What ``scheme`` stores for ``model``'s parameters: every Linear and embedding weight quantized, the rest fp16."""
+    """What ``scheme`` stores for ``model``'s parameters: every Linear and embedding weight quantized, the rest fp16.
+
+    A parameter whose values are all equal (the norms of a freshly initialized
+    model) is one value in the asset, a splat.
+    """
     import torch
 
     quantized = {id(m.weight): m.weight for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
     total = 0
     for parameter in {id(p): p for p in model.parameters()}.values():
-        if scheme == "fp16" or id(parameter) not in quantized:
+        if bool((parameter == parameter.flatten()[0]).all()):
+            total += 2
+        elif scheme == "fp16" or id(parameter) not in quantized:
             total += parameter.numel() * 2
         elif scheme == "int8":
             total += parameter.numel() + parameter.shape[0] * 2

@@ -73,24 +73,42 @@ BUILD = textwrap.dedent(
 )
 
 
-def build_in_a_process(seed: str, directory: Path) -> list[str]:
+def start_build(seed: str, directory: Path) -> subprocess.Popen:
+    """The builds above in a process of their own, with its own hash seed and working directory."""
     tests = Path(__file__).resolve().parent
     code = BUILD.format(paths=[str(tests), str(tests.parent / "examples")])
     env = {**os.environ, "PYTHONHASHSEED": seed}
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env, cwd=directory
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=directory
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout.splitlines()[-1].split()
+
+
+def hashes(process: subprocess.Popen) -> list[str]:
+    try:
+        stdout, stderr = process.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    assert process.returncode == 0, stderr[-3000:]
+    return stdout.splitlines()[-1].split()
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> tuple[list[str], list[str]]:
-    """Hashes of (a build, the same build again, an int4 build, a GQA decoder), from two processes in two directories."""
-    return (
-        build_in_a_process("1", tmp_path_factory.mktemp("first")),
-        build_in_a_process("2", tmp_path_factory.mktemp("second")),
-    )
+    """Hashes of (a build, the same build again, an int4 build, a GQA decoder), from two processes in two directories.
+
+    The two processes run side by side (each is mostly one core): a build
+    pays coreai-opt's pattern building and the imports again in each.
+    """
+    processes = [start_build(seed, tmp_path_factory.mktemp(name)) for seed, name in (("1", "first"), ("2", "second"))]
+    try:
+        return hashes(processes[0]), hashes(processes[1])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
 
 
 def test_two_builds_are_byte_identical_in_one_process_and_across_processes(builds):

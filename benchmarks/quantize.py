@@ -65,7 +65,7 @@ def stored_bytes(model, scheme: str, block_size: int = 32) -> int:
     """
     import torch
 
-    quantized = {id(m.weight): m.weight for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
+    quantized = {id(m.weight) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
     total = 0
     for parameter in {id(p): p for p in model.parameters()}.values():
         if bool((parameter == parameter.flatten()[0]).all()):
@@ -93,6 +93,7 @@ def measure(config_name: str, scheme: str, chunk: int, context: int) -> dict:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(_config(config_name), torch_dtype=torch.float16).eval()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    stored = stored_bytes(model, scheme)
     shapes = hf.DecoderShapes(max_context_len=context, prefill_chunk=chunk)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
@@ -101,7 +102,7 @@ def measure(config_name: str, scheme: str, chunk: int, context: int) -> dict:
         contents = read_pte(path)
         executorch_bytes = contents.size - sum(d.asset_bytes for d in contents.delegates)
     return {"config": config_name, "scheme": scheme, "pte": contents.size, "weights": weights,
-            "stored": stored_bytes(model, scheme), "executorch": executorch_bytes,
+            "stored": stored, "executorch": executorch_bytes,
             "seconds": time.perf_counter() - start}
 
 

@@ -19,6 +19,8 @@ setup(
     python_requires=">=3.10",
     packages=[
         "coreai_partitioner",
+        "coreai_partitioner.llm",
+        "coreai_partitioner.llm.families",
         "coreai_partitioner.backends",
         "coreai_partitioner.backends.apple_coreai",
     ],
@@ -36,9 +38,10 @@ setup(
         "coremltools==9.0",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6", "transformers==4.57.3", "coreai-opt==0.4.0"],
+        "test": ["pytest>=8", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0"],
         "quantize": ["coreai-opt==0.4.0"],
-        "hf": ["transformers==4.57.3"],
+        # Tested on 5.24.0 and on 5.0.0rc1 (what optimum-executorch 1.1.0 pins): tests/test_transformers_rc1.py.
+        "hf": ["transformers>=5.0.0rc1,<=5.24.0"],
         "bench": ["matplotlib>=3.8"],
     },
 )

@@ -1,16 +1,16 @@
-"""LLM export at scale: export cost, .pte size and runtime speed of hf.lower_decoder, against coreai-torch's one shot.
+"""LLM export at scale: export cost, .pte size and runtime speed of llm.lower_decoder, against coreai-torch's one shot.
 
     python benchmarks/llm.py --cache-dir CKPTS                         # every row; writes benchmarks/results/llm.*
     python benchmarks/llm.py --cache-dir CKPTS --rows qwen3 qwen3-0.6b-28l
     python benchmarks/llm.py --load benchmarks/results/llm.json        # the table and plot again
     python benchmarks/llm.py --load WORK_DIR --results DIR             # results of the rows finished so far
 
-Rows: the tiny Llama, Qwen2, Qwen3 and Mistral configs (``hf.tiny_config``,
+Rows: the tiny Llama, Qwen2, Qwen3 and Mistral configs (``llm.tiny_config``,
 fp32), the Qwen3-0.6B shape at 4, 14 and 28 layers and a Llama-3.2-1B shape
 (fp16, random weights saved once under ``--cache-dir`` with
 ``save_pretrained`` and loaded back with ``from_pretrained``; nothing is
 downloaded).  Every row is two processes, one after the other: the plugin
-path (``hf.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
+path (``llm.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
 ``examples/export_llm.py`` does) and coreai-torch's one-shot conversion of
 the same model.  Time and exact peak RSS per phase come from
 ``memory_profile.measure_export``.  The plugin process then loads the
@@ -96,10 +96,10 @@ def model_loader(name: str, cache_dir: Path):
         def load():
             from transformers import AutoModelForCausalLM
 
-            from coreai_partitioner import hf
+            from coreai_partitioner import llm
 
             torch.manual_seed(0)
-            return AutoModelForCausalLM.from_config(hf.tiny_config(recipe[5:])).to(dtype).eval()
+            return AutoModelForCausalLM.from_config(llm.tiny_config(recipe[5:])).to(dtype).eval()
 
         return load
     path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),

@@ -1,4 +1,4 @@
-"""Per-phase time and peak RSS of the LLM export (hf.lower_decoder), or of coreai-torch's one-shot conversion.
+"""Per-phase time and peak RSS of the LLM export (llm.lower_decoder), or of coreai-torch's one-shot conversion.
 
     python benchmarks/memory_profile.py --layers 4                  # Qwen3-0.6B width, 4 layers, fp16
     python benchmarks/memory_profile.py --layers 28 --oneshot       # coreai-torch one shot, same model
@@ -45,7 +45,8 @@ QWEN3_06B = dict(
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
-    ("coreai_partitioner.hf", "export_decoder", "export + externalize"),
+    ("coreai_partitioner.llm.export", "adapt", "adapt the family"),
+    ("coreai_partitioner.llm.export", "export_decoder", "export + externalize"),
     ("executorch.exir", "to_edge_transform_and_lower", "to_edge_transform_and_lower"),
     ("coreai_partitioner.whole_program", "lower_whole_program", "lower_whole_program"),
     ("torch.export", "export", "torch.export"),
@@ -251,7 +252,7 @@ def measure_export(
 ) -> tuple[Any, Measurement]:
     """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
 
-    The plugin path is :func:`coreai_partitioner.hf.lower_decoder`, ``to_executorch``
+    The plugin path is :func:`coreai_partitioner.llm.lower_decoder`, ``to_executorch``
     and ``write_to_file`` (what ``examples/export_llm.py`` does), dynamic ``T``
     up to ``prefill_chunk`` over a cache of ``max_context_len``; ``oneshot``
     is coreai-torch's ``TorchConverter`` with the same composites, ``to_coreai``
@@ -261,11 +262,11 @@ def measure_export(
     with profile.phase("import"):
         import torch
 
-        from coreai_partitioner import hf
+        from coreai_partitioner import llm
 
         for where, attr, label in PHASES:
             profile.wrap(where, attr, label)
-    shapes = hf.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk)
+    shapes = llm.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk)
     with profile.phase("load"):
         model = load()
     weights = weight_bytes(model)
@@ -279,7 +280,7 @@ def measure_export(
         out = _oneshot(model, shapes, out.with_suffix(".aimodel"), profile)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     else:
-        lowered = hf.lower_decoder(model, shapes)
+        lowered = llm.lower_decoder(model, shapes)
         with profile.phase("to_executorch"):
             executorch_program = lowered.to_executorch()
         with profile.phase("write_to_file"):
@@ -298,7 +299,7 @@ def _oneshot(model: Any, shapes: Any, out: Path, profile: Profile) -> Path:
     import torch
     from coreai_torch import TorchConverter, get_decomp_table
 
-    from coreai_partitioner import default_specs, hf
+    from coreai_partitioner import default_specs, llm
 
     # The same forward as the plugin's: T symbolic from 1 to the prefill chunk.
     tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
@@ -309,17 +310,14 @@ def _oneshot(model: Any, shapes: Any, out: Path, profile: Profile) -> Path:
             program = torch.export.export(module, sample, dynamic_shapes=({1: tokens_dim}, {0: tokens_dim}))
             return program.run_decompositions(get_decomp_table())
 
-    with hf.coreai_composites(model):
-        decoder = hf.StaticCacheDecoder(model, shapes.max_context_len).eval()
-        with profile.phase("oneshot: export + externalize"):
-            converter = TorchConverter().add_pytorch_module(
-                decoder, export_fn=export_fn, externalize_modules=default_specs()
-            )
-        with profile.phase("oneshot: to_coreai"):
-            program = converter.to_coreai()
-        with profile.phase("oneshot: save_asset"):
-            shutil.rmtree(out, ignore_errors=True)
-            program.save_asset(out)
+    decoder = llm.adapt(model, shapes)
+    with profile.phase("oneshot: export + externalize"):
+        converter = TorchConverter().add_pytorch_module(decoder, export_fn=export_fn, externalize_modules=default_specs())
+    with profile.phase("oneshot: to_coreai"):
+        program = converter.to_coreai()
+    with profile.phase("oneshot: save_asset"):
+        shutil.rmtree(out, ignore_errors=True)
+        program.save_asset(out)
     return out
 
 

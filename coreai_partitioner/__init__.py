@@ -40,7 +40,7 @@ The path of a record, from the model to the converter:
    included), and the outputs are compared with eager PyTorch.
 
 :func:`lower` and :func:`save_pte` do steps 1 to 4 and write the file for
-the common case.  An LLM decoder (:func:`hf.lower_decoder`) goes through the
+the common case.  An LLM decoder (:func:`llm.lower_decoder`, :mod:`.llm`) goes through the
 same steps with 2 and 3 swapped (:mod:`.whole_program`): its one delegate
 takes the whole graph, so it is decomposed once, partitioned and converted
 on ATen IR, and only the casts left around the delegate become edge dialect.
@@ -77,9 +77,9 @@ del _compat
 
 
 def __getattr__(name: str):
-    # coreai_partitioner.hf needs transformers (the hf extra); import it on first use.
-    if name == "hf":
+    # coreai_partitioner.llm needs transformers (the hf extra) to adapt a model; import it on first use.
+    if name == "llm":
         import importlib
 
-        return importlib.import_module(".hf", __name__)
+        return importlib.import_module(".llm", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

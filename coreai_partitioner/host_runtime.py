@@ -375,14 +375,14 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
         asset_dir = Path(request.asset_dir.decode())
         _check_integrity(manifest, (asset_dir / "main.mlirb").read_bytes() if (asset_dir / "main.mlirb").is_file() else None)
         asset = LoadedAsset(asset_dir)
-        initial = _initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
+        initial = initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
     else:
         files = {
             request.files[i].path.decode(): (request.files[i].data, request.files[i].nbytes)
             for i in range(request.num_files)
         }
         asset = _load_inline(manifest, files)
-        initial = _initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
+        initial = initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
     try:
         state = _new_state(asset, initial, manifest)
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
@@ -431,7 +431,8 @@ def _load_inline(manifest: dict[str, Any], files: dict[str, tuple[int, int]]) ->
         return LoadedAsset(Path(directory) / manifest["path"])
 
 
-def _initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray]:
+def initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray]:
+    """The initial state values a manifest ships (``initial_state``), each file's bytes from ``read(path)``."""
     values = {}
     for name, entry in (manifest.get("initial_state") or {}).items():
         import ml_dtypes  # noqa: F401 - makes np.dtype("bfloat16") resolvable

@@ -13,6 +13,9 @@ program's.
 LLM's ``T`` in {1, chunk}): it drops the ``expand`` calls that specialize
 wrongly in Core AI (coreai-core 1.0.0b3).
 
+:func:`order_state_writes` orders a stateful delegate's buffer writes as
+Core AI orders its state: by input.
+
 :func:`expand_repeated_heads` turns GQA's head repeat by ``index_select``
 into an ``expand``, which coreai-core does not fold into a constant of K's
 shape.
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import torch
 from executorch.exir.pass_base import PassResult
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import GraphModule
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -84,6 +89,33 @@ class NarrowToCoreAIDtypes:
         output.args = (tuple(outputs),)
         graph_module.recompile()
         return PassResult(graph_module, True)
+
+
+def order_state_writes(program: ExportedProgram) -> bool:
+    """Put ``program``'s buffer-mutation outputs in the order of their buffers' inputs; True if it moved any.
+
+    Core AI state is one handle per mutated buffer, in input order, and the
+    graph's output tokens must come in the same order ("order of token
+    outputs does not match order of handle inputs", coreai-core 1.0.0b3).
+    ``torch.export`` orders mutation outputs by when they happen, so a buffer
+    registered before another but written after it breaks that.  Mutation
+    outputs come first in the output node; user outputs keep their places.
+    """
+    signature = program.graph_signature
+    inputs = [spec.target for spec in signature.input_specs if spec.kind == InputKind.BUFFER]
+    output = program.graph.output_node()
+    values = list(output.args[0])
+    mutations = [i for i, spec in enumerate(signature.output_specs) if spec.kind == OutputKind.BUFFER_MUTATION]
+    order = sorted(mutations, key=lambda i: inputs.index(signature.output_specs[i].target))
+    if order == mutations:
+        return False
+    specs = list(signature.output_specs)
+    for slot, source in zip(mutations, order):
+        signature.output_specs[slot] = specs[source]
+        values[slot] = output.args[0][source]
+    output.args = (tuple(values),)
+    program.graph_module.recompile()
+    return True
 
 
 def get_default_passes() -> list:

@@ -29,7 +29,6 @@ import torch
 
 from .pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
 from . import _compat
-from .backends.apple_coreai.initial_state import delegate_owned_buffers
 from .runtime import LoadedAsset
 
 logger = logging.getLogger(__name__)
@@ -123,10 +122,25 @@ def _to_torch(array: np.ndarray) -> torch.Tensor:
 _states: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-def _initial_state(lowered_module: Any) -> dict[str, np.ndarray]:
-    """The values the delegate's mutable buffers start from, by Core AI state name."""
-    owned = delegate_owned_buffers(lowered_module.original_module)
-    return {name: value.detach().cpu().numpy() for name, (_, value) in owned.items() if value is not None}
+def _initial_state(manifest: dict[str, Any], files: Callable[[], dict], sidecar_dir: Any) -> dict[str, np.ndarray]:
+    """The values the delegate's state starts from: the ones its manifest ships, as the ``.pte`` runs them.
+
+    Never the lowered program's buffers themselves: they are the exported
+    module's, and running that module (an eager reference) writes them.
+    """
+    from .host_runtime import initial_values
+
+    if not manifest.get("initial_state"):
+        return {}
+    shipped = files()
+
+    def read(path: str) -> bytes:
+        if path in shipped:
+            return bytes(shipped[path])
+        root = sidecar_dir if sidecar_dir is not None else os.environ.get("COREAI_SIDECAR_DIR", ".")
+        return (Path(root) / manifest["hash"] / path).read_bytes()
+
+    return initial_values(manifest, read)
 
 
 class _DelegateRunner(torch.fx.Interpreter):
@@ -147,7 +161,8 @@ class _DelegateRunner(torch.fx.Interpreter):
         if asset.state_names:
             state = _states.get(lowered_module)
             if state is None:
-                state = _states[lowered_module] = asset.new_state(_initial_state(lowered_module))
+                initial = _initial_state(manifest, lambda: self._files_for(lowered_module, manifest), self._sidecar_dir)
+                state = _states[lowered_module] = asset.new_state(initial)
         return tuple(_run_asset(asset, inputs, state))
 
 

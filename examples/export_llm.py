@@ -32,7 +32,7 @@ warnings.filterwarnings("ignore", message="coreai-torch has only been validated"
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from coreai_partitioner import hf, verify  # noqa: E402
+from coreai_partitioner import llm as hf, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai import debug_info  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
 

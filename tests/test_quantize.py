@@ -23,16 +23,16 @@ from coreai_partitioner import (  # noqa: E402
     default_specs,
     externalize_modules,
     get_default_compile_config,
-    hf,
     verify,
 )
+from coreai_partitioner import llm as coreai_llm  # noqa: E402
 from coreai_partitioner.assets import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
 from coreai_partitioner.quantize import DECOMPRESS_OP, QuantizationError, check, quantize  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SHAPES = hf.DecoderShapes(max_context_len=24, prefill_chunk=8)
+SHAPES = coreai_llm.DecoderShapes(max_context_len=24, prefill_chunk=8)
 COMPOSITES = ("rms_norm", "scaled_dot_product_attention", "rope")
 
 
@@ -66,13 +66,13 @@ class QuantizedLLM:
         torch.manual_seed(0)
         from transformers import AutoModelForCausalLM
 
-        self.model = AutoModelForCausalLM.from_config(hf.tiny_config(kind)).eval()
+        self.model = AutoModelForCausalLM.from_config(coreai_llm.tiny_config(kind)).eval()
         self.prompt = torch.randint(0, self.model.config.vocab_size, (1, SHAPES.prefill_chunk))
         tokens = torch.export.Dim("T", min=1, max=SHAPES.prefill_chunk)
         dynamic_shapes = ({1: tokens}, {0: tokens})
         sample = (torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
-        with hf.coreai_composites(self.model), torch.no_grad():
-            self.float_model = hf.StaticCacheDecoder(self.model, SHAPES.max_context_len).eval()
+        self.float_model = coreai_llm.adapt(self.model, SHAPES, full_logits=True)
+        with torch.no_grad():
             program, records = externalize_modules(
                 self.float_model, default_specs(),
                 export_fn=lambda m: torch.export.export(m, sample, dynamic_shapes=dynamic_shapes),
@@ -84,11 +84,7 @@ class QuantizedLLM:
         self.float_pte = bytes(_lower(program.run_decompositions(get_decomp_table()), records).to_executorch().buffer)
 
 
-def _empty_cache(decoder: torch.nn.Module) -> torch.nn.Module:
-    for name, buffer in decoder.named_buffers():
-        if "_cache_" in name:
-            buffer.zero_()
-    return decoder
+_empty_cache = coreai_llm.reset_state
 
 
 _built: dict[tuple[str, str], QuantizedLLM] = {}
@@ -123,8 +119,8 @@ def test_quantized_prefill_matches_quantized_eager_and_reports_the_float_error(l
     positions = torch.arange(SHAPES.prefill_chunk)
     with torch.no_grad():
         expected = _empty_cache(llm.eager)(llm.prompt, positions)
-    reference = hf.StaticCacheDecoder(llm.model, SHAPES.max_context_len).eval()
-    with hf.coreai_composites(llm.model), torch.no_grad():
+    reference = coreai_llm.adapt(llm.model, SHAPES, full_logits=True)
+    with torch.no_grad():
         float_logits = reference(llm.prompt, positions)
     verify.reset_state(llm.lowered)
     report = check(llm.lowered, expected, float_logits, llm.prompt, positions, rtol=1e-3, atol=1e-3)
@@ -135,7 +131,7 @@ def test_quantized_prefill_matches_quantized_eager_and_reports_the_float_error(l
 
 def test_quantized_greedy_tokens_equal_quantized_eager(llm):
     prompt = llm.prompt[0, :5].tolist()
-    got = hf.greedy_decode(llm.lowered, prompt, 8, SHAPES)
+    got = coreai_llm.greedy_decode(llm.lowered, prompt, 8, SHAPES)
     eager = _empty_cache(llm.eager)
     tokens = list(prompt)
     with torch.no_grad():

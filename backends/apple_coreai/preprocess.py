@@ -68,9 +68,10 @@ class CoreAICompositeBackend(BackendDetails):
         compile_specs: List[CompileSpec],
     ) -> PreprocessResult:
         sidecar_dir = _upstream.sidecar_dir(compile_specs)
-        program = convert(with_own_graph(edge_program), debug_info.requested(compile_specs))
+        converted = with_own_graph(edge_program)
+        program = convert(converted, debug_info.requested(compile_specs))
 
-        assert_io_compatible(program, edge_program)
+        assert_io_compatible(program, converted)  # its state writes in Core AI's state order
         raw_enumerations = _compat.get_compile_spec(compile_specs, _KEYS.INPUT_ENUMERATIONS)
         if raw_enumerations:
             _compat.apply_enumerated_shapes(

@@ -1,0 +1,50 @@
+"""Hugging Face decoder-only LLMs to one ``.pte`` for ExecuTorch's LLM runner, with Core AI composites.
+
+The road of a checkpoint:
+
+1. **Adapt** (:func:`adapt`, :mod:`.families`).  ``config.model_type`` picks
+   the family file; its ``build`` re-composes the model's layers from
+   :mod:`.blocks` over the model's own modules and weights (nothing copied):
+   RMSNorms through the ``rms_norm`` composite, attention through
+   ``rope`` and ``scaled_dot_product_attention``, each over a static cache
+   the attention module owns (a ring of ``window`` slots for a sliding
+   layer).  A module whose math is not a composite's stays plain ops and is
+   logged with the reason; a model no family adapts, or a config value its
+   family cannot honour, is refused here, before any export work.
+2. **Export** (:func:`export_decoder`).  The :class:`~.decoder.Decoder`'s
+   ``forward(tokens [1, T], input_pos [T]) -> logits`` is exported with ``T``
+   symbolic and its composites externalized (the package's step 1).
+3. **Lower** (:func:`lower_decoder`).  One Core AI delegate takes the whole
+   step (embedding, layers, lm_head, cache writes) and the caches as its
+   state; the runner's metadata methods ride along (:func:`runner_metadata`).
+4. **Run** (:func:`greedy_decode`, ExecuTorch's ``TextLLMRunner``).
+
+``examples/export_llm.py`` is this road from the command line.
+"""
+
+from .blocks import UnsupportedConfig
+from .decoder import Decoder, reset_state
+from .export import SHAPE_MODES, DecoderShapes, adapt, export_decoder, lower_decoder, runner_metadata
+from .families import UnsupportedModel, family_of, supported, tiny_config
+from .generate import TextPieces, byte_tokenizer, check_call, greedy_decode, prefill_calls
+
+__all__ = [
+    "SHAPE_MODES",
+    "Decoder",
+    "DecoderShapes",
+    "TextPieces",
+    "UnsupportedConfig",
+    "UnsupportedModel",
+    "adapt",
+    "byte_tokenizer",
+    "check_call",
+    "export_decoder",
+    "family_of",
+    "greedy_decode",
+    "lower_decoder",
+    "prefill_calls",
+    "reset_state",
+    "runner_metadata",
+    "supported",
+    "tiny_config",
+]

@@ -1,0 +1,204 @@
+"""What a family's adapter builds its :class:`~.decoder.Decoder` with: :class:`Build`.
+
+An adapter (a file in :mod:`.families`) reads the Hugging Face model's config
+and modules and composes :mod:`.blocks` over them.  :class:`Build` gives it
+the pieces most families share (RoPE tables from the model's own rotary
+embedding, Llama-style attention and MLP, which layers slide) and the one way
+to refuse a config value it cannot honour (:meth:`Build.refuse`), before any
+export work.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import blocks
+from .blocks import Attention, AttentionShape, GatedMLP, RopeTable, UnsupportedConfig
+from .decoder import Decoder
+
+logger = logging.getLogger(__name__)
+
+#: RoPE types whose frequencies are fixed once the model is built (HF's ``ROPE_INIT_FUNCTIONS``).  Dynamic
+#: NTK changes them only past ``max_position_embeddings``, which no context reaches (:func:`~.export.adapt`
+#: refuses a longer one).
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "proportional", "dynamic")
+
+
+@dataclass
+class Build:
+    """A family adapter's view of one Hugging Face causal LM, for a cache of ``context`` positions."""
+
+    model: nn.Module
+    context: int
+    full_logits: bool = False
+    plain: list[tuple[str, str]] = field(default_factory=list)
+    #: The decoder's RoPE tables by name; ``"default"`` is the model's ``rotary_emb`` unless a family says otherwise.
+    ropes: dict[str, RopeTable] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Any:
+        return self.model.config.get_text_config()
+
+    @property
+    def model_type(self) -> str:
+        return self.config.model_type
+
+    @property
+    def base(self) -> nn.Module:
+        """The decoder stack (``model.model``: embed_tokens, layers, norm, rotary_emb)."""
+        return self.model.model
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.dtype
+
+    def refuse(self, field_name: str, value: Any, takes: str) -> UnsupportedConfig:
+        """The error for a config value this adapter cannot honour (raise it)."""
+        return UnsupportedConfig(field_name, value, takes, self.model_type)
+
+    def keep_plain(self, path: str, reason: str) -> None:
+        """Record (and log) that ``path`` stays plain ops, and why."""
+        self.plain.append((path, reason))
+        blocks.plain(path, reason)
+
+    # ------------------------------------------------------------ which layers slide
+
+    def layer_types(self) -> list[str]:
+        """``config.layer_types`` (``full_attention``, ``sliding_attention``, ...), one per layer."""
+        config = self.config
+        types = getattr(config, "layer_types", None)
+        if types is None:
+            window = getattr(config, "sliding_window", None)
+            uses = getattr(config, "use_sliding_window", True)
+            kind = "sliding_attention" if window is not None and uses else "full_attention"
+            types = [kind] * config.num_hidden_layers
+        return list(types)
+
+    def window(self, layer: int) -> int | None:
+        """The sliding window of ``layer``, or ``None`` for full attention (HF's mask: ``q - w < k <= q``)."""
+        if self.layer_types()[layer] != "sliding_attention":
+            return None
+        window = self.config.sliding_window
+        if not isinstance(window, int) or window < 1:
+            raise self.refuse("sliding_window", window, "a positive number of positions")
+        return window
+
+    # ------------------------------------------------------------ RoPE
+
+    def rope_table(self, rotary: nn.Module | None = None, *, rope_type: str | None = None, layer_type: str | None = None) -> RopeTable:
+        """A :class:`RopeTable` from an HF rotary embedding module (``model.model.rotary_emb`` by default).
+
+        Reads the module's ``original_inv_freq`` (its frequencies before any
+        dynamic update) and ``attention_scaling``; ``layer_type`` picks one of a
+        per-layer-type module's tables (Gemma 3: ``sliding_attention``).
+        Refuses a RoPE type it does not know.
+        """
+        rotary = rotary if rotary is not None else self.base.rotary_emb
+        prefix = f"{layer_type}_" if layer_type else ""
+        kind = rope_type or _rope_type(rotary, layer_type)
+        inv_freq = getattr(rotary, f"{prefix}original_inv_freq", None)
+        if inv_freq is None:
+            inv_freq = getattr(rotary, f"{prefix}inv_freq")
+        scaling = getattr(rotary, f"{prefix}attention_scaling", getattr(rotary, "attention_scaling", 1.0))
+        if kind in STATIC_ROPE_TYPES:
+            return RopeTable(inv_freq, scaling)
+        if kind == "longrope":
+            return self._longrope_table(inv_freq, scaling)
+        raise self.refuse("rope_parameters['rope_type']", kind, f"one of {', '.join((*STATIC_ROPE_TYPES, 'longrope'))}")
+
+    def _longrope_table(self, short: torch.Tensor, scaling: float) -> RopeTable:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        config = self.config
+        switch = getattr(config, "original_max_position_embeddings", None) or config.rope_parameters.get(
+            "original_max_position_embeddings"
+        )
+        long, _ = ROPE_INIT_FUNCTIONS["longrope"](config, None, seq_len=switch + 1)
+        return RopeTable(short, scaling, long_inv_freq=long, switch=switch, context=self.context)
+
+    # ------------------------------------------------------------ layers
+
+    def attention_shape(self, attn: nn.Module) -> AttentionShape:
+        """Heads, KV heads and head size of ``attn``: the KV heads from its ``k_proj`` where it has one
+        (a layer may have its own, Gemma 4's full layers)."""
+        config = self.config
+        head_dim = getattr(attn, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        k_proj = getattr(attn, "k_proj", None)
+        if k_proj is not None:
+            kv_heads = k_proj.out_features // head_dim
+        else:
+            kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        return AttentionShape(config.num_attention_heads, kv_heads, head_dim)
+
+    def attention(self, path: str, attn: nn.Module, layer: int, **options: Any) -> Attention:
+        """Llama-style attention over ``attn``'s own projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``).
+
+        ``options`` are :class:`~.blocks.Attention`'s (a family passes its norms,
+        window, RoPE table, ...); the window defaults to :meth:`window`, the
+        scale to ``attn.scaling``, a partial rotation to the table's width.
+        """
+        shape = options.pop("shape", None) or self.attention_shape(attn)
+        projections = (
+            {"qkv": attn.qkv_proj}
+            if hasattr(attn, "qkv_proj")
+            else {"q": attn.q_proj, "k": getattr(attn, "k_proj", None), "v": getattr(attn, "v_proj", None)}
+        )
+        options.setdefault("window", self.window(layer))
+        options.setdefault("scale", getattr(attn, "scaling", shape.head_dim**-0.5))
+        name = options.setdefault("rope", "default")
+        if name is not None and "rope_dims" not in options:
+            dims = self.rope(name).dim
+            options["rope_dims"] = dims if dims < shape.head_dim else None
+        return Attention(path, shape, o=attn.o_proj, context=self.context, dtype=self.dtype, **projections, **options)
+
+    def mlp(self, mlp: nn.Module, act: str | None = None) -> GatedMLP:
+        """The gated MLP over ``mlp``'s ``gate_proj``/``up_proj``/``down_proj`` (or fused ``gate_up_proj``)."""
+        act = act or getattr(self.config, "hidden_act", None) or self.config.hidden_activation
+        if hasattr(mlp, "gate_up_proj"):
+            return GatedMLP(act, gate_up=mlp.gate_up_proj, down=mlp.down_proj)
+        return GatedMLP(act, gate=mlp.gate_proj, up=mlp.up_proj, down=mlp.down_proj)
+
+    def norm(self, module: nn.Module | None, **options: bool) -> blocks.Norm | None:
+        return blocks.norm(module, **options)
+
+    def block(self, mixer: nn.Module, mlp: nn.Module, **norms: Any) -> blocks.Block:
+        """One layer (:class:`~.blocks.Block`): the mixer, the MLP, the norms around them."""
+        return blocks.Block(mixer, mlp, **norms)
+
+    # ------------------------------------------------------------ the decoder
+
+    def rope(self, name: str = "default") -> RopeTable:
+        """The decoder's RoPE table ``name``; ``"default"`` is made from ``model.model.rotary_emb`` on first use."""
+        if name not in self.ropes:
+            if name != "default":
+                raise KeyError(f"no RoPE table named {name!r}; add it to Build.ropes first")
+            self.ropes[name] = self.rope_table()
+        return self.ropes[name]
+
+    def decoder(self, layers: list[nn.Module], **options: Any) -> Decoder:
+        """The :class:`~.decoder.Decoder` over the model's embedding, ``layers``, final norm and lm_head."""
+        base = self.base
+        options.setdefault("norm", self.norm(base.norm))
+        return Decoder(
+            model_type=self.model_type,
+            embed=base.embed_tokens,
+            layers=layers,
+            lm_head=self.model.lm_head,
+            rope_tables=self.ropes,
+            context=self.context,
+            full_logits=self.full_logits,
+            plain=self.plain,
+            **options,
+        )
+
+
+def _rope_type(rotary: nn.Module, layer_type: str | None) -> str:
+    kind = getattr(rotary, "rope_type", None)
+    if isinstance(kind, dict):
+        kind = kind.get(layer_type)
+    return kind or "default"

@@ -1,0 +1,534 @@
+"""The shared blocks a family's decoder is made of, over the Hugging Face model's own weights.
+
+Every block holds the HF model's modules and parameters themselves (never a
+copy), computes what HF's eager forward computes, and calls Core AI
+composites where the math is the composite's: :class:`Norm` (``rms_norm``),
+:class:`Attention` (``rope`` and ``scaled_dot_product_attention``).  Where a
+family's math is not a composite's (a norm over a different axis, attention
+logits soft-capped), the block computes it with plain ops and the reason is
+logged (:func:`plain`).
+
+A decoder step (:class:`Step`) holds what every layer of one ``forward``
+call shares: the positions, RoPE's cos and sin per table, the attention
+masks and the KV cache write plans.  Caches are the attention modules'
+buffers: a full cache of ``context`` slots, written then attended; a
+sliding layer's cache of ``window`` slots, a ring (slot ``p % window``)
+whose previous contents and the call's own keys are attended together, so a
+prompt longer than the window is still one call.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from coreai_torch.composite_ops import SDPA, RMSNormImpl, RoPE
+
+logger = logging.getLogger(__name__)
+
+def plain(path: str, reason: str) -> None:
+    """Log that ``path`` stays plain ops, and why (the composite does not compute its math)."""
+    logger.info("%s stays plain ops: %s", path, reason)
+
+
+class Norm(nn.Module):
+    """An RMSNorm through the ``rms_norm`` composite: ``x / rms(x) * scale``.
+
+    ``scale`` is the HF module's weight; ``plus_one`` norms (Gemma, Qwen3-Next)
+    scale by ``1 + weight`` computed in fp32, and ``fp32_scale`` norms (OLMo 2)
+    multiply in fp32 before the cast back: both are the composite's own
+    branch for an fp32 scale.  ``weight=None`` is a norm without a scale.
+    """
+
+    def __init__(self, weight: nn.Parameter | None, eps: float, *, plus_one: bool = False, fp32_scale: bool = False) -> None:
+        super().__init__()
+        self.weight = weight
+        if weight is None:
+            self.register_buffer("ones", torch.ones(()), persistent=False)
+        self.plus_one = plus_one
+        self.fp32_scale = fp32_scale
+        self.impl = RMSNormImpl(eps=float(eps))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return self.impl(x, self.ones.to(x.dtype).expand(x.shape[-1]))
+        scale = self.weight
+        if self.plus_one:
+            scale = scale.float() + 1.0
+        elif self.fp32_scale:
+            scale = scale.float()
+        return self.impl(x, scale)
+
+
+def norm_eps(module: nn.Module) -> float:
+    """The epsilon of an HF norm module, whichever name it has."""
+    for name in ("variance_epsilon", "eps", "epsilon"):
+        value = getattr(module, name, None)
+        if isinstance(value, float):
+            return value
+    raise ValueError(f"{type(module).__name__} has no epsilon attribute (variance_epsilon, eps)")
+
+
+def norm(module: nn.Module | None, **options: bool) -> Norm | None:
+    """:class:`Norm` over an HF RMSNorm module's own weight (``None`` stays ``None``)."""
+    if module is None:
+        return None
+    return Norm(getattr(module, "weight", None), norm_eps(module), **options)
+
+
+# ---------------------------------------------------------------- RoPE
+
+
+class RopeTable(nn.Module):
+    """RoPE's cos and sin at a call's positions, as HF's rotary embedding computes them.
+
+    ``inv_freq`` is the model's own (every HF rope type's init function has
+    run: default, linear, llama3, yarn, longrope, ...), ``scaling`` its
+    ``attention_scaling``.  A longrope table also holds the long factors'
+    frequencies and picks them for a call whose last position is at or past
+    ``switch`` (HF's ``original_max_position_embeddings``), per call as HF does;
+    padding positions (at or past ``context``) do not count.
+    Returns half-width tables ``[1, 1, T, dim / 2]``, what the ``rope``
+    composite takes.
+    """
+
+    def __init__(
+        self,
+        inv_freq: torch.Tensor,
+        scaling: float = 1.0,
+        *,
+        long_inv_freq: torch.Tensor | None = None,
+        switch: int = 0,
+        context: int = 0,
+    ) -> None:
+        super().__init__()
+        self.register_buffer("inv_freq", inv_freq.detach().float().clone(), persistent=False)
+        if long_inv_freq is not None:
+            self.register_buffer("long_inv_freq", long_inv_freq.detach().float().clone(), persistent=False)
+        self.long = long_inv_freq is not None
+        self.switch = switch
+        self.context = context
+        self.scaling = float(scaling)
+
+    @property
+    def dim(self) -> int:
+        return 2 * self.inv_freq.shape[0]
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        position = positions.float().unsqueeze(-1)
+        inv_freq = self.inv_freq
+        if self.long:  # padding (positions at or past the context) does not count
+            real = positions.float()
+            longest = torch.where(real < float(self.context), real, torch.zeros_like(real)).max() + 1.0
+            inv_freq = torch.where(longest > float(self.switch), self.long_inv_freq, self.inv_freq)
+        angle = position * inv_freq
+        cos, sin = angle.cos(), angle.sin()
+        if self.scaling != 1.0:
+            cos, sin = cos * self.scaling, sin * self.scaling
+        return cos.to(dtype)[None, None], sin.to(dtype)[None, None]
+
+
+# ---------------------------------------------------------------- one forward call
+
+
+@dataclass
+class WindowPlan:
+    """A sliding window's share of one call: the attended keys' positions, the mask, the ring write."""
+
+    mask: torch.Tensor  # [1, 1, T, window + T] bool
+    one_hot: torch.Tensor  # [T, window]: token t goes to slot s
+    kept: torch.Tensor  # [window, 1]: 1 where a slot keeps its content
+    positions: torch.Tensor  # [window]: the ring's slot positions (plus one) after the call
+
+
+class Step:
+    """What every layer of one ``forward(tokens, input_pos)`` call shares; built once per call.
+
+    Positions at or past ``context`` are padding (enumerated shapes pad a
+    short prompt in front with them): they write no cache slot and no query
+    of a real token attends them.
+    """
+
+    def __init__(self, decoder: nn.Module, input_pos: torch.Tensor, dtype: torch.dtype) -> None:
+        self.decoder = decoder
+        self.positions = input_pos
+        self.dtype = dtype
+        self._memo: dict = {}
+
+    def _memoized(self, key, make: Callable):
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def rope(self, table: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._memoized(("rope", table), lambda: self.decoder.rope_tables[table](self.positions, self.dtype))
+
+    def full_mask(self, length: int) -> torch.Tensor:
+        """``[1, 1, T, length]``: a query attends every cache slot at or before its position."""
+
+        def make():
+            slots = torch.arange(length, dtype=self.positions.dtype, device=self.positions.device)
+            return (slots <= self.positions.view(-1, 1))[None, None]
+
+        return self._memoized(("full_mask", length), make)
+
+    def position_scale(self, beta: float, original: int) -> torch.Tensor:
+        """``[1, 1, T, 1]``: Llama 4's query scale ``1 + beta * log(1 + floor(position / original))``."""
+
+        def make():
+            blocks = torch.floor(self.positions.float() / float(original))
+            return (1.0 + beta * torch.log(1.0 + blocks)).view(1, 1, -1, 1)
+
+        return self._memoized(("position_scale", beta, original), make)
+
+    def store_kv(self, path: str, kv: tuple) -> None:
+        self._memo[("shared", path)] = kv
+
+    def shared_kv(self, path: str) -> tuple:
+        """The keys, values and mask the layer at ``path`` attended in this call (KV sharing)."""
+        return self._memo[("shared", path)]
+
+    def write_plan(self, shape: torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The one-hot write of this call's positions into a full cache of ``shape`` [B, H, L, D]."""
+        return self._memoized(("write", tuple(shape), dtype), lambda: write_plan(self.positions, shape, dtype))
+
+    def window(self, size: int) -> WindowPlan:
+        """The plan of a sliding window of ``size`` slots (:class:`WindowPlan`), shared by its layers."""
+
+        def make():
+            slot_positions = self.decoder.window_positions(size)
+            return window_plan(slot_positions, self.positions.float(), size, self.decoder.context)
+
+        return self._memoized(("window", size), make)
+
+    def finish(self) -> None:
+        """Write every sliding window's new slot positions (after every layer has read the old)."""
+        for key, plan in self._memo.items():
+            if key[0] == "window":
+                self.decoder.window_positions(key[1]).copy_(plan.positions)
+
+
+def write_plan(position: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a cache of ``shape`` [B, H, L, D]: the one-hot of ``position`` [T] as ``[B * H, L, T]``, and
+    ``[L, 1]``, 0 where written and 1 elsewhere.
+
+    ``index_copy`` decomposes to ``index_put``, which coreai-torch converts only
+    when the indexed dimension is static; a product with a one-hot matrix is
+    exact (one nonzero term per row), converts with ``T`` symbolic and keeps the
+    write inside the delegate.  Positions outside the cache write nothing.
+    """
+    batch, heads, length, _ = shape
+    slots = torch.arange(length, dtype=position.dtype, device=position.device)
+    one_hot = (position.unsqueeze(-1) == slots).to(dtype)  # [T, L]
+    kept = 1.0 - one_hot.sum(0).unsqueeze(-1)  # a float scalar, not a lifted int64
+    # Batched by a broadcasting product, not an expand: Core AI (coreai-core 1.0.0b3) folds an expand
+    # to a shape read at run time wrongly when an enumerated T is 1 (see passes.remove_noop_expands).
+    spread = one_hot.transpose(0, 1) * torch.ones(batch * heads, 1, 1, dtype=dtype, device=position.device)
+    return spread, kept
+
+
+def write_at(cache: torch.Tensor, states: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``cache`` [B, H, L, D] with ``states`` [B, H, T, D] written by ``plan`` (:func:`write_plan`'s).
+
+    The product is one ``bmm`` over ``B * H``: ``matmul`` on these shapes
+    decomposes into copies and reshapes over ``T``, 2.5x the tracing time.
+    """
+    batch, heads, length, dim = cache.shape
+    spread, kept = plan
+    rows = states.to(cache.dtype).reshape(batch * heads, states.shape[2], dim)
+    written = torch.bmm(spread, rows).view(batch, heads, length, dim)
+    return cache * kept + written
+
+
+def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int, context: int) -> WindowPlan:
+    """A ring of ``size`` slots holding the last ``size`` positions before this call, and this call's ``position``.
+
+    ``slot_positions`` holds each slot's position plus one, 0 for an empty slot,
+    so the ring's state starts at zero like any cache.  Keys attended: the
+    ring's, then the call's own (``[size + T]``).  A query at ``q`` attends a
+    key at ``p`` when ``q - size < p <= q`` (HF's sliding window).  The ring
+    then keeps the call's last ``size`` real tokens, token ``p`` in slot
+    ``p % size``: the mod is computed in float, exact for any position below 2**24.
+    """
+    keys = torch.cat([slot_positions - 1.0, position])
+    query = position.unsqueeze(-1)
+    mask = (keys >= 0.0) & (keys <= query) & (query - keys < float(size))
+    real = position < float(context)
+    last = torch.where(real, position, torch.full_like(position, -1.0)).max()
+    written = real & (position > last - float(size))
+    slot = position - torch.floor(position / float(size)) * float(size)
+    slots = torch.arange(size, dtype=position.dtype, device=position.device)
+    one_hot = ((slot.unsqueeze(-1) == slots) & written.unsqueeze(-1)).to(position.dtype)  # [T, size]
+    kept = 1.0 - one_hot.sum(0)
+    updated = slot_positions * kept + (one_hot * (position + 1.0).unsqueeze(-1)).sum(0)
+    return WindowPlan(mask[None, None], one_hot, kept.unsqueeze(-1), updated)
+
+
+def ring_write(cache: torch.Tensor, states: torch.Tensor, plan: WindowPlan) -> torch.Tensor:
+    """``cache`` [B, H, size, D] with this call's ``states`` [B, H, T, D] written by ``plan``."""
+    batch, heads, size, dim = cache.shape
+    spread = plan.one_hot.to(cache.dtype).transpose(0, 1) * torch.ones(batch * heads, 1, 1, dtype=cache.dtype, device=cache.device)
+    rows = states.to(cache.dtype).reshape(batch * heads, states.shape[2], dim)
+    written = torch.bmm(spread, rows).view(batch, heads, size, dim)
+    return cache * plan.kept.to(cache.dtype) + written
+
+
+# ---------------------------------------------------------------- attention
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+class Attention(nn.Module):
+    """HF attention over a static cache the module owns, through the ``rope`` and SDPA composites.
+
+    ``q``, ``k``, ``v`` are the HF projections, or ``qkv`` one fused
+    projection split in that order (Phi-3); ``v=None`` with ``v_from_k``
+    takes the values from the key projection before its norm and RoPE
+    (Gemma 4's full layers).  ``q_norm`` / ``k_norm`` / ``v_norm`` norm each
+    head (``norm_width="head"``) or q and k over the whole projection
+    (``"all"``, OLMo 2) before RoPE.  ``rope`` names the decoder's
+    :class:`RopeTable` (``None``: no RoPE, SmolLM3's NoPE layers) and
+    ``rope_dims`` a partial rotation.  ``window`` makes a sliding layer
+    (:func:`window_plan`); ``softcap`` (Gemma 2) soft-caps the attention
+    logits, which the SDPA composite has no attribute for, so that attention
+    is plain ops.  ``sinks`` are GPT-OSS's per-head sink logits, the SDPA
+    composite's own input.  ``output_gate`` (Qwen3-Next) splits ``q``'s
+    projection per head into query and gate and multiplies the attention by
+    ``sigmoid(gate)``.  ``position_scale`` is Ministral 3's ``(beta,
+    original_max_position_embeddings)``: queries scaled by
+    ``1 + beta * log(1 + floor(position / original))`` after RoPE.
+
+    KV sharing (Gemma 4): a layer with ``store=True`` leaves the keys, values
+    and mask it attended in the call's :class:`Step` under its ``path``; a
+    layer with ``shared=<that path>`` has no cache and no k/v projections of
+    its own and attends them with its own queries.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        shape: AttentionShape,
+        *,
+        o: nn.Module,
+        context: int,
+        dtype: torch.dtype,
+        scale: float,
+        q: nn.Module | None = None,
+        k: nn.Module | None = None,
+        v: nn.Module | None = None,
+        qkv: nn.Module | None = None,
+        v_from_k: bool = False,
+        q_norm: nn.Module | None = None,
+        k_norm: nn.Module | None = None,
+        v_norm: nn.Module | None = None,
+        norm_width: str = "head",
+        rope: str | None = "default",
+        rope_dims: int | None = None,
+        window: int | None = None,
+        softcap: float | None = None,
+        sinks: nn.Parameter | None = None,
+        output_gate: bool = False,
+        position_scale: tuple[float, int] | None = None,
+        store: bool = False,
+        shared: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self.shape = shape
+        self.q, self.k, self.v, self.qkv, self.o = q, k, v, qkv, o
+        self.v_from_k = v_from_k
+        self.q_norm, self.k_norm, self.v_norm = q_norm, k_norm, v_norm
+        self.norm_width = norm_width
+        self.rope_table = rope
+        self.rotary = RoPE(dims=rope_dims) if rope is not None else None
+        self.scale = float(scale)
+        self.window = window if window is not None and window < context else None
+        self.softcap = softcap
+        self.sinks = sinks
+        self.output_gate = output_gate
+        self.position_scale = position_scale
+        self.store = store
+        self.shared = shared
+        if softcap is None:
+            self.sdpa = SDPA(scale=self.scale, is_causal=True, window_size=self.window or 0)
+        else:
+            plain(f"{path} attention", f"its logits are soft-capped at {softcap}; the SDPA composite has no soft-capping")
+        if shared is None:
+            cache_shape = (1, shape.kv_heads, self.window or context, shape.head_dim)
+            self.register_buffer("key_cache", torch.zeros(cache_shape, dtype=dtype), persistent=False)
+            self.register_buffer("value_cache", torch.zeros(cache_shape, dtype=dtype), persistent=False)
+
+    def _heads(self, t: torch.Tensor) -> torch.Tensor:
+        return t.view(t.shape[0], t.shape[1], -1, self.shape.head_dim)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        """q, k, v as ``[B, heads, T, D]`` (k and v ``None`` on a sharing layer), and the output gate."""
+        h, kv, d = self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+        gate = k = v = None
+        if self.qkv is not None:
+            q, k, v = self.qkv(x).split([h * d, kv * d, kv * d], dim=-1)
+        else:
+            q = self.q(x)
+            if self.shared is None:
+                k = self.k(x)
+                v = self.v(x) if self.v is not None else None
+        if self.output_gate:
+            q, gate = q.view(*x.shape[:-1], h, 2 * d).chunk(2, dim=-1)
+            q, gate = q.reshape(*x.shape[:-1], h * d), gate.reshape(*x.shape[:-1], h * d)
+        if self.norm_width == "all":
+            q = self.q_norm(q) if self.q_norm is not None else q
+            k = self.k_norm(k) if self.k_norm is not None and k is not None else k
+        q = self._heads(q)
+        if k is not None:
+            k = self._heads(k)
+            v = k if self.v_from_k else self._heads(v)
+        if self.norm_width == "head":
+            q = self.q_norm(q) if self.q_norm is not None else q
+            if k is not None and self.k_norm is not None:
+                k = self.k_norm(k)
+        if v is not None and self.v_norm is not None:
+            v = self.v_norm(v)
+        transpose = lambda t: t.transpose(1, 2) if t is not None else None  # noqa: E731
+        return transpose(q), transpose(k), transpose(v), gate
+
+    def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
+        q, k, v, gate = self._project(x)
+        if self.rotary is not None:
+            cos, sin = step.rope(self.rope_table)
+            q = self.rotary(q, cos, sin)
+            k = self.rotary(k, cos, sin) if k is not None else None
+        if self.position_scale is not None:
+            q = q * step.position_scale(*self.position_scale).to(q.dtype)
+        if self.shared is not None:
+            keys, values, mask = step.shared_kv(self.shared)
+        else:
+            keys, values, mask = self._cached(k, v, step)
+            if self.store:
+                step.store_kv(self.path, (keys, values, mask))
+        out = self._attend(q, keys.to(q.dtype), values.to(q.dtype), mask)
+        out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        if gate is not None:
+            out = out * torch.sigmoid(gate)
+        return self.o(out)
+
+    def _cached(self, k: torch.Tensor, v: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Write this call's k and v to the cache; the keys, values and mask to attend."""
+        if self.window is None:
+            plan = step.write_plan(self.key_cache.shape, self.key_cache.dtype)
+            keys = write_at(self.key_cache, k, plan)
+            values = write_at(self.value_cache, v, plan)
+            self.key_cache.copy_(keys)
+            self.value_cache.copy_(values)
+            return keys, values, step.full_mask(self.key_cache.shape[2])
+        plan = step.window(self.window)
+        keys = torch.cat([self.key_cache, k.to(self.key_cache.dtype)], dim=2)
+        values = torch.cat([self.value_cache, v.to(self.value_cache.dtype)], dim=2)
+        self.key_cache.copy_(ring_write(self.key_cache, k, plan))
+        self.value_cache.copy_(ring_write(self.value_cache, v, plan))
+        return keys, values, plan.mask
+
+    def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.softcap is None:
+            if self.sinks is not None:
+                return self.sdpa(q, keys, values, mask, self.sinks.to(q.dtype))
+            return self.sdpa(q, keys, values, mask)
+        groups = q.shape[1] // keys.shape[1]
+        if groups > 1:  # by index, as the SDPA composite does: expand + reshape over a symbolic T trips torch.export
+            heads = torch.arange(keys.shape[1], device=keys.device).repeat_interleave(groups)
+            keys, values = keys.index_select(1, heads), values.index_select(1, heads)
+        scores = torch.matmul(q, keys.transpose(2, 3)) * self.scale
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return torch.matmul(weights, values)
+
+
+# ---------------------------------------------------------------- feed-forward
+
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": nn.functional.silu,
+    "swish": nn.functional.silu,
+    "gelu": nn.functional.gelu,
+    "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
+    "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
+    "relu": nn.functional.relu,
+}
+
+
+def activation(name: str, field: str = "hidden_act") -> Callable[[torch.Tensor], torch.Tensor]:
+    """The activation HF names ``name`` (``ACT2FN``), or a clear refusal naming ``field``."""
+    if name not in ACTIVATIONS:
+        raise UnsupportedConfig(field, name, f"one of {', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))``; ``gate_up`` is one fused projection, gate first (Phi-3)."""
+
+    def __init__(self, act: str, *, down: nn.Module, gate: nn.Module | None = None, up: nn.Module | None = None, gate_up: nn.Module | None = None) -> None:
+        super().__init__()
+        self.gate, self.up, self.gate_up, self.down = gate, up, gate_up, down
+        self.act_name = act
+        self.act = activation(act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gate_up is not None:
+            gate, up = self.gate_up(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate(x), self.up(x)
+        return self.down(self.act(gate) * up)
+
+
+class Block(nn.Module):
+    """One decoder layer: ``h = x + s * post_attn(mixer(pre_attn(x)))``, then ``h + s * post_mlp(mlp(pre_mlp(h)))``.
+
+    Llama's ``input_layernorm`` is ``pre_attn`` and its ``post_attention_layernorm``
+    ``pre_mlp``; Gemma has all four; OLMo 2 only the ``post_`` ones.  ``s`` is
+    Granite's ``residual_multiplier``.  ``mixer`` is attention or a recurrent
+    mixer (anything taking ``(x, step)``).
+    """
+
+    def __init__(
+        self,
+        mixer: nn.Module,
+        mlp: nn.Module,
+        *,
+        pre_attn: nn.Module | None = None,
+        post_attn: nn.Module | None = None,
+        pre_mlp: nn.Module | None = None,
+        post_mlp: nn.Module | None = None,
+        residual_scale: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.mixer, self.mlp = mixer, mlp
+        self.pre_attn, self.post_attn, self.pre_mlp, self.post_mlp = pre_attn, post_attn, pre_mlp, post_mlp
+        self.residual_scale = float(residual_scale)
+
+    @staticmethod
+    def _apply(module: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+        return module(x) if module is not None else x
+
+    def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
+        out = self._apply(self.post_attn, self.mixer(self._apply(self.pre_attn, x), step))
+        h = x + out * self.residual_scale if self.residual_scale != 1.0 else x + out
+        out = self._apply(self.post_mlp, self.mlp(self._apply(self.pre_mlp, h)))
+        return h + out * self.residual_scale if self.residual_scale != 1.0 else h + out
+
+
+class UnsupportedConfig(ValueError):
+    """A config value a family's adapter cannot honour; names the field and what it takes."""
+
+    def __init__(self, field: str, value: object, takes: str, model_type: str | None = None) -> None:
+        where = f"{model_type}: " if model_type else ""
+        super().__init__(f"{where}config.{field} = {value!r} is not supported; it takes {takes}")
+        self.field = field

@@ -1,0 +1,205 @@
+"""One ``.pte`` for ExecuTorch's LLM runner: shapes, export, lowering, runner metadata.
+
+:func:`lower_decoder` makes the program an on-device LLM ships, in the form
+ExecuTorch's LLM runner (``extension/llm/runner``) reads: one ``forward(tokens
+[1, T], input_pos [T]) -> logits`` over static caches held as Core AI delegate
+state, ``T`` from 1 to a prefill chunk (a whole prompt in one call, or one
+token), embedding, decoder and lm_head in one delegate, and the runner's
+metadata methods (:func:`runner_metadata`).  :class:`DecoderShapes` picks
+dynamic ``T`` or enumerated ``T`` in {1, chunk}.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import _compat
+from .decoder import Decoder
+
+logger = logging.getLogger(__name__)
+
+#: Shape modes of the exported ``forward``: ``T`` any of 1..chunk, or only 1 and chunk.
+SHAPE_MODES = ("dynamic", "enumerated")
+
+
+@dataclass(frozen=True)
+class DecoderShapes:
+    """The limits a lowered decoder was built for.
+
+    ``max_context_len`` is the cache length (prompt plus generated tokens);
+    ``prefill_chunk`` the most tokens one ``forward`` call takes.  ``mode``
+    ``"dynamic"`` exports ``T`` as a dimension from 1 to ``prefill_chunk``
+    (GPU and CPU targets, and any prompt length in one call); ``"enumerated"``
+    compiles one Core AI asset with an entrypoint for ``T = 1`` and one for
+    ``T = prefill_chunk`` sharing the weights (static shapes, what the Neural
+    Engine needs; a shorter prompt is padded in front to the chunk).
+    """
+
+    max_context_len: int = 128
+    prefill_chunk: int = 32
+    mode: str = "dynamic"
+
+    def __post_init__(self) -> None:
+        if self.mode not in SHAPE_MODES:
+            raise ValueError(f"shape mode {self.mode!r}: choose one of {', '.join(SHAPE_MODES)}")
+        if not 1 <= self.prefill_chunk <= self.max_context_len:
+            raise ValueError(
+                f"prefill_chunk {self.prefill_chunk} must be between 1 and max_context_len "
+                f"{self.max_context_len}"
+            )
+        if self.mode == "enumerated" and self.prefill_chunk == 1:
+            raise ValueError("enumerated shapes need prefill_chunk > 1 (T = 1 and T = prefill_chunk)")
+
+    def input_enumerations(self) -> list[dict[int, list[int]]] | None:
+        """``CoreAIPartitioner(input_enumerations=...)`` for this mode: T of tokens and input_pos."""
+        if self.mode != "enumerated":
+            return None
+        values = [1, self.prefill_chunk]
+        return [{1: values}, {0: values}]
+
+
+def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False) -> Decoder:
+    """The :class:`~.decoder.Decoder` of ``model``'s family, over its own weights, for ``shapes``.
+
+    Raises :class:`~.families.UnsupportedModel` for a model no family adapts
+    and :class:`~.blocks.UnsupportedConfig` for a config value its family
+    cannot honour, both before any export work.
+    """
+    from .adapter import Build
+    from .families import family_of
+
+    family = family_of(model)
+    config = model.config.get_text_config()
+    limit = getattr(config, "max_position_embeddings", None)
+    if isinstance(limit, int) and shapes.max_context_len > limit:
+        raise Build(model, shapes.max_context_len).refuse(
+            "max_position_embeddings", limit, f"a context of at most {limit} positions (got max_context_len {shapes.max_context_len})"
+        )
+    build = Build(model, shapes.max_context_len, full_logits=full_logits)
+    decoder = family.build(build).eval()
+    logger.info("%s: %d layer(s) adapted by %s", build.model_type, len(decoder.layers), family.__name__.rsplit(".", 1)[-1])
+    return decoder
+
+
+def export_decoder(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    *,
+    full_logits: bool = False,
+    quantize: str | None = None,
+    decompositions: dict | None = None,
+    decoder: Decoder | None = None,
+):
+    """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
+
+    Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
+    their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
+    enumerated ``T = 1`` needs it).  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
+    composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), stored compressed.
+
+    With ``decompositions`` (and no ``quantize``, which needs ``torch.export``'s
+    own IR) the decoder is traced straight to functional ATen IR with that
+    table (:func:`~coreai_partitioner._compat.export_decomposed`: one trace
+    where export then ``run_decompositions`` make two).
+    """
+    from .. import default_specs, externalize_modules
+    from ..passes import remove_noop_expands
+
+    decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
+    length = min(2, shapes.prefill_chunk)
+    sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
+    dynamic_shapes = None
+    if shapes.prefill_chunk > 1:
+        tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
+        dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
+
+    def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
+        with torch.no_grad():
+            if decompositions is not None and not quantize:
+                return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
+            return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
+
+    program, records = externalize_modules(decoder, default_specs(), export_fn=export_fn)
+    if quantize:
+        from ..quantize import quantize as quantize_program
+
+        program = quantize_program(program, quantize, records=records, dynamic_shapes=dynamic_shapes)
+    for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
+        remove_noop_expands(graph_module)
+    return program, records
+
+
+def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
+    """The constant methods ExecuTorch's LLM runner reads (``extension/llm/runner/constants.h``).
+
+    ``get_max_seq_len`` (required by the runner) is the most tokens one call
+    takes, ``get_max_context_len`` the cache length.  ``enable_dynamic_shape``
+    makes the runner prefill a prompt in one call; with enumerated shapes it
+    feeds the prompt one token at a time instead (T = 1 is always there).
+    """
+    config = model.config.get_text_config()
+    generation = getattr(model, "generation_config", None)
+    eos = getattr(generation, "eos_token_id", None) or getattr(config, "eos_token_id", None)
+    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    bos = getattr(generation, "bos_token_id", None) or getattr(config, "bos_token_id", None)
+    return {
+        "get_max_seq_len": shapes.prefill_chunk,
+        "get_max_context_len": shapes.max_context_len,
+        "get_vocab_size": config.vocab_size,
+        "get_bos_id": bos if bos is not None else 0,
+        "get_eos_ids": eos_ids,
+        "use_kv_cache": True,
+        "enable_dynamic_shape": shapes.mode == "dynamic",
+    }
+
+
+def lower_decoder(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    *,
+    full_logits: bool = False,
+    quantize: str | None = None,
+    quantized_reference: list | None = None,
+    decoder: Decoder | None = None,
+    **partitioner_options: Any,
+):
+    """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
+
+    ``forward`` returns the last position's logits (``[1, 1, vocab]``), or
+    every position's with ``full_logits``.  With ``shapes.mode ==
+    "enumerated"`` the delegate's asset has one statically shaped function per
+    ``T`` (1 and the chunk) over one copy of the weights.  ``quantize`` is
+    :func:`export_decoder`'s; a list passed as ``quantized_reference``
+    receives the quantized program's eager module (taken before lowering,
+    which takes over the program's constants), to check the ``.pte`` against.
+    Lowers with :func:`~coreai_partitioner.whole_program.lower_whole_program`
+    (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
+    whose ``.to_executorch()`` gives the ``.pte``.
+    """
+    from .. import CoreAIPartitioner
+    from ..whole_program import decomposition_table, lower_whole_program
+
+    decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
+    program, records = export_decoder(
+        model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder
+    )
+    if quantize and quantized_reference is not None:
+        quantized_reference.append(program.module())
+    partitioner = CoreAIPartitioner(
+        externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
+    )
+    # The decoder's graph is ours and fixed, and its .pte is checked end to end by the tests: no
+    # ExecuTorch IR re-verification.  Re-traces run on fake tensors without autograd bookkeeping.
+    with torch.no_grad():
+        return lower_whole_program(
+            program,
+            partitioner,
+            constant_methods=runner_metadata(model, shapes),
+            compile_config=_compat.unverified_compile_config(),
+        )
+

@@ -1,0 +1,98 @@
+"""Gemma, Gemma 2 and Gemma 3 (text): ``(1 + w)`` norms, a scaled embedding, local and global layers.
+
+Every RMSNorm scales by ``1 + weight``, computed in fp32 (the ``rms_norm``
+composite's branch for an fp32 scale).  The embedding is multiplied by
+``sqrt(hidden_size)`` in the model's dtype.  Gemma 2 and 3 wrap attention
+and MLP in four norms (``input``, ``post_attention``, ``pre_feedforward``,
+``post_feedforward``), scale queries by ``query_pre_attn_scalar ** -0.5``
+and alternate sliding and full layers (``config.layer_types``).  Gemma 2
+soft-caps the attention logits (that attention stays plain ops: the SDPA
+composite has no soft-capping) and the final logits; Gemma 3 norms q and k
+per head and keeps a RoPE table per layer type (``rope_parameters`` keyed by
+``sliding_attention`` / ``full_attention``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
+
+
+def build(build):
+    config = build.config
+    base = build.base
+    per_type = hasattr(base.rotary_emb, "full_attention_inv_freq")
+    if per_type:
+        for layer_type in ("full_attention", "sliding_attention"):
+            build.ropes[layer_type] = build.rope_table(base.rotary_emb, layer_type=layer_type)
+    types = build.layer_types()
+    softcap = getattr(config, "attn_logit_softcapping", None) if build.model_type == "gemma2" else None
+    layers = []
+    for i, layer in enumerate(base.layers):
+        attn = layer.self_attn
+        norms = {}
+        if hasattr(attn, "q_norm"):
+            norms = dict(q_norm=build.norm(attn.q_norm, plus_one=True), k_norm=build.norm(attn.k_norm, plus_one=True))
+        attention = build.attention(
+            f"model.layers.{i}.self_attn",
+            attn,
+            i,
+            rope=types[i] if per_type else "default",
+            softcap=softcap,
+            **norms,
+        )
+        if build.model_type == "gemma":
+            around = dict(
+                pre_attn=build.norm(layer.input_layernorm, plus_one=True),
+                pre_mlp=build.norm(layer.post_attention_layernorm, plus_one=True),
+            )
+        else:
+            around = dict(
+                pre_attn=build.norm(layer.input_layernorm, plus_one=True),
+                post_attn=build.norm(layer.post_attention_layernorm, plus_one=True),
+                pre_mlp=build.norm(layer.pre_feedforward_layernorm, plus_one=True),
+                post_mlp=build.norm(layer.post_feedforward_layernorm, plus_one=True),
+            )
+        layers.append(build.block(attention, build.mlp(layer.mlp), **around))
+    # transformers 5.24's scaled embedding module multiplies by sqrt(hidden) itself; 5.0's Gemma and Gemma 2 do it after.
+    scaled = hasattr(base.embed_tokens, "embed_scale")
+    return build.decoder(
+        layers,
+        norm=build.norm(base.norm, plus_one=True),
+        embed_scale=None if scaled else config.hidden_size**0.5,
+        final_softcap=getattr(config, "final_logit_softcapping", None),
+    )
+
+
+def tiny_config(model_type: str) -> Any:
+    import transformers
+
+    common = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    alternating = dict(num_hidden_layers=4, sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2)
+    if model_type == "gemma":
+        return transformers.GemmaConfig(num_hidden_layers=2, **common)
+    if model_type == "gemma2":
+        return transformers.Gemma2Config(
+            **alternating, query_pre_attn_scalar=16, attn_logit_softcapping=2.0, final_logit_softcapping=3.0, **common
+        )
+    if model_type == "gemma3_text":
+        rope = {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
+        }
+        return transformers.Gemma3TextConfig(
+            **alternating, query_pre_attn_scalar=16, rope_parameters=rope, final_logit_softcapping=3.0, **common
+        )
+    raise KeyError(model_type)

@@ -1,0 +1,70 @@
+"""OLMo 2 and OLMo 3: norms after attention and after the MLP, and q/k normed over the whole projection.
+
+``q_norm`` / ``k_norm`` norm ``q_proj`` / ``k_proj`` outputs over all heads
+at once, before the split into heads and RoPE; each norm multiplies by its
+weight in fp32 before the cast back (the ``rms_norm`` composite's fp32-scale
+branch).  There is no input norm: ``h = x + post_attention_layernorm(attn(x))``,
+then ``h + post_feedforward_layernorm(mlp(h))``.  OLMo 3 adds sliding layers
+(``config.layer_types``: three sliding, one full) and, on transformers 5.x,
+a RoPE table per layer type.  Composites: every RMSNorm, every attention,
+RoPE on q and k.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_TYPES = ("olmo2", "olmo3")
+
+
+def build(build):
+    rotary = build.base.rotary_emb
+    per_type = hasattr(rotary, "full_attention_inv_freq")  # OLMo 3 on transformers 5.24: one table per layer type
+    if per_type:
+        for layer_type in ("full_attention", "sliding_attention"):
+            build.ropes[layer_type] = build.rope_table(rotary, layer_type=layer_type)
+    types = build.layer_types()
+    layers = []
+    for i, layer in enumerate(build.base.layers):
+        attn = layer.self_attn
+        attention = build.attention(
+            f"model.layers.{i}.self_attn",
+            attn,
+            i,
+            q_norm=build.norm(attn.q_norm, fp32_scale=True),
+            k_norm=build.norm(attn.k_norm, fp32_scale=True),
+            norm_width="all",
+            rope=types[i] if per_type else "default",
+        )
+        layers.append(
+            build.block(
+                attention,
+                build.mlp(layer.mlp),
+                post_attn=build.norm(layer.post_attention_layernorm, fp32_scale=True),
+                post_mlp=build.norm(layer.post_feedforward_layernorm, fp32_scale=True),
+            )
+        )
+    return build.decoder(layers, norm=build.norm(build.base.norm, fp32_scale=True))
+
+
+def tiny_config(model_type: str) -> Any:
+    import transformers
+
+    common = dict(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    if model_type == "olmo2":
+        return transformers.Olmo2Config(**common, attention_bias=True)
+    if model_type == "olmo3":
+        return transformers.Olmo3Config(**common, sliding_window=8)
+    raise KeyError(model_type)

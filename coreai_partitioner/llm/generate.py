@@ -1,0 +1,138 @@
+"""Feeding a lowered decoder: prompt calls, greedy decoding, and text from a runner's pieces."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .export import DecoderShapes
+
+
+def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    """The ``forward`` calls that feed ``tokens`` from cache position ``start``: ``(tokens, input_pos, used)``.
+
+    One call per ``prefill_chunk`` tokens.  With enumerated shapes a shorter
+    call is padded in front to the chunk, the padding at positions past the
+    context (``max_context_len`` on), which write no cache slot and which no
+    real token attends; the call's last position is its last real token, so
+    last-position logits are the prompt's either way.  ``used`` is the
+    number of real tokens.  Raises if the tokens do not fit in the context.
+    """
+    if start + len(tokens) > shapes.max_context_len:
+        raise ValueError(
+            f"{start + len(tokens)} tokens do not fit in the context of {shapes.max_context_len} "
+            "(max_context_len, the cache length); export with a longer context or shorten the prompt"
+        )
+    calls = []
+    for offset in range(0, len(tokens), shapes.prefill_chunk):
+        chunk = tokens[offset : offset + shapes.prefill_chunk]
+        used = len(chunk)
+        position = start + offset
+        positions = list(range(position, position + used))
+        if shapes.mode == "enumerated" and used not in (1, shapes.prefill_chunk):
+            padding = shapes.prefill_chunk - used
+            chunk = [0] * padding + chunk
+            positions = list(range(shapes.max_context_len, shapes.max_context_len + padding)) + positions
+        calls.append((torch.tensor([chunk]), torch.tensor(positions), used))
+    return calls
+
+
+def check_call(tokens: torch.Tensor, shapes: DecoderShapes) -> None:
+    """Raise, naming the limit, if ``tokens`` [1, T] is not a length the exported ``forward`` takes."""
+    length = tokens.shape[-1]
+    allowed = (1, shapes.prefill_chunk) if shapes.mode == "enumerated" else range(1, shapes.prefill_chunk + 1)
+    if length not in allowed:
+        limit = (
+            f"T in {{1, {shapes.prefill_chunk}}} (enumerated shapes)"
+            if shapes.mode == "enumerated"
+            else f"T from 1 to the prefill chunk {shapes.prefill_chunk}"
+        )
+        raise ValueError(f"forward got {length} tokens; it was exported for {limit}: split or pad the call")
+
+
+def eos_ids_of(program: Any) -> tuple[int, ...]:
+    """The EOS ids a ``.pte`` gives ExecuTorch's runner (its ``get_eos_ids`` method; none if it has none)."""
+    from .. import verify
+
+    try:
+        return tuple(int(i) for i in verify.run(program, method="get_eos_ids"))
+    except verify.UnsupportedProgram:
+        return ()
+
+
+def greedy_decode(
+    program: Any, prompt: list[int], new_tokens: int, shapes: DecoderShapes, *, eos_ids: tuple[int, ...] | None = None
+) -> list[int]:
+    """Greedy generation through a lowered :func:`~.export.lower_decoder` program, on the Core AI runtime.
+
+    Prefills the prompt in one ``forward`` call per ``prefill_chunk`` tokens,
+    then feeds its own argmax one token at a time; returns prompt plus up to
+    ``new_tokens`` tokens, ending at the first EOS token (included), as
+    ``generate`` does.  ``eos_ids`` defaults to the program's own
+    (``get_eos_ids``, what ExecuTorch's runner stops at); ``()`` never stops.
+    Starts from an empty cache.  ``program`` is what ``verify.run`` takes
+    (the lowered program, its ``to_executorch()``, a ``.pte``).
+    """
+    from .. import verify
+
+    if not prompt:
+        raise ValueError("the prompt is empty; give at least one token")
+    prefill_calls(prompt + [0] * (new_tokens - 1), 0, shapes)  # raises if it cannot fit
+    if eos_ids is None:
+        eos_ids = eos_ids_of(program)
+    verify.reset_state(program)
+    tokens = list(prompt)
+    logits = None
+    for chunk, positions, _ in prefill_calls(prompt, 0, shapes):
+        (logits,) = verify.run(program, chunk, positions)
+    for _ in range(new_tokens):
+        tokens.append(int(logits[0, -1].argmax()))
+        if len(tokens) == len(prompt) + new_tokens or tokens[-1] in eos_ids:
+            break
+        (logits,) = verify.run(program, torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
+    return tokens
+
+
+class TextPieces:
+    """Whole characters from the pieces ExecuTorch's runner hands its ``token_callback``.
+
+    The runner's Python binding converts each decoded piece to ``str``; a
+    byte-level BPE piece that is part of a multi-byte character is not valid
+    UTF-8 alone and cannot be one.  :meth:`callback` is given to the runner
+    instead of the user's; it receives the raw bytes (see
+    :func:`runner_generate`) and passes on only complete characters.
+    """
+
+    def __init__(self, on_text: Callable[[str], None]) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._on_text = on_text
+
+    def feed(self, piece: bytes) -> None:
+        text = self._decoder.decode(piece)
+        if text:
+            self._on_text(text)
+
+    def close(self) -> None:
+        text = self._decoder.decode(b"", final=True)
+        if text:
+            self._on_text(text)
+
+
+def byte_tokenizer(config: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` of one character per token, for the tiny configs' 256-token vocabulary.
+
+    Token ``i`` is one printable character (ASCII as itself, the rest from
+    U+0100 on), so any token sequence decodes to valid UTF-8 and ExecuTorch's
+    LLM runner can print a random model's output.  ``config``'s BOS and EOS
+    tokens are special tokens.
+    """
+    from tokenizers import Tokenizer, models
+
+    characters = [chr(i) if 32 <= i < 127 else chr(0x100 + i) for i in range(256)]
+    tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(characters)}, merges=[], unk_token=characters[0]))
+    special = [getattr(config, "bos_token_id", None), getattr(config, "eos_token_id", None)]
+    tokenizer.add_special_tokens([characters[i] for i in special if isinstance(i, int)])
+    return tokenizer

@@ -40,9 +40,9 @@ def load():
 model, measurement = memory_profile.measure_export(load, memory_profile.Path(sys.argv[2]), max_context_len=32, prefill_chunk=16)
 prompt = torch.randint(0, config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
 with torch.no_grad():
-    exact = model.float()(prompt).logits        # fp32: what both fp16 computations approximate
-    eager = model.half()(prompt).logits.float()
-(logits,) = verify.run(sys.argv[2], prompt, torch.arange(16))
+    exact = model.float()(prompt).logits[:, -1:]        # fp32: what both fp16 computations approximate
+    eager = model.half()(prompt).logits[:, -1:].float()
+(logits,) = verify.run(sys.argv[2], prompt, torch.arange(16))  # the last position's logits
 print(json.dumps({
     "weights": measurement.weights, "extra_over_weights": measurement.extra_over_weights,
     "size": measurement.size, "export_s": measurement.seconds,

@@ -1,0 +1,176 @@
+"""ExecuTorch's own ``TextLLMRunner`` on a ``.pte``, its text as whole characters.
+
+ExecuTorch 1.5.1's Python binding hands each generated piece to
+``token_callback`` as ``str``; a byte-level BPE piece that is part of a
+multi-byte character is not valid UTF-8 alone, and the conversion raises
+``UnicodeDecodeError`` inside the runner.  Without a callback the runner
+writes each piece's raw bytes to standard output (file descriptor 1)
+itself.  :func:`generate` runs it so, reads those bytes from a pipe and
+passes on complete characters only (:class:`~.generate.TextPieces`); the
+runner's own log lines (file descriptor 2) are kept apart and shown only on
+an error, or to a ``log`` callback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .generate import TextPieces
+
+#: The runner ends its output with this line of timings.
+_STATS_LINE = b"PyTorchObserver "
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one ``generate`` call produced."""
+
+    text: str
+    prompt_tokens: int
+    generated_tokens: int
+    prompt_ms: float
+    decode_ms: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        steps = max(self.generated_tokens - 1, 0)
+        return 1000.0 * steps / self.decode_ms if self.decode_ms > 0 else 0.0
+
+
+class _Output:
+    """The runner's raw standard output: its pieces, up to the timings line."""
+
+    def __init__(self, pieces: TextPieces) -> None:
+        self._pieces = pieces
+        self._held = b""
+        self._done = False
+
+    def feed(self, data: bytes) -> None:
+        if self._done:
+            return
+        data = self._held + data
+        marker = b"\n" + _STATS_LINE
+        cut = data.find(marker)
+        if cut >= 0:
+            self._pieces.feed(data[:cut])
+            self._done = True
+            return
+        # The end of ``data`` may be the start of the timings line: hold it back until the next bytes tell.
+        keep = next((k for k in range(min(len(marker) - 1, len(data)), 0, -1) if data.endswith(marker[:k])), 0)
+        self._held = data[len(data) - keep :]
+        self._pieces.feed(data[: len(data) - keep])
+
+    def close(self) -> None:
+        if not self._done:
+            self._pieces.feed(self._held)
+        self._pieces.close()
+
+
+def generate(
+    pte: str | os.PathLike,
+    tokenizer: str | os.PathLike,
+    prompt: str,
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    on_text: Callable[[str], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Generation:
+    """Generate from ``prompt`` with ExecuTorch's ``TextLLMRunner`` (Core AI delegates on the host backend).
+
+    ``on_text`` receives the text as it is generated, whole characters only;
+    the result holds all of it and the runner's counts.  ``max_new_tokens``
+    is the number of tokens generated (the runner's own count leaves out the
+    first, which the prompt's call yields).  The runner's log lines go to
+    ``log`` if given, and are part of the error if generation fails.
+    """
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    from .. import load_runtime_backend
+
+    load_runtime_backend()
+    text: list[str] = []
+
+    def emit(chunk: str) -> None:
+        text.append(chunk)
+        if on_text is not None:
+            on_text(chunk)
+
+    output = _Output(TextPieces(emit))
+    stats = []
+    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature, echo=False)
+    streams = _RunnerStreams(output.feed)
+    try:
+        with streams:
+            runner = TextLLMRunner(str(pte), str(tokenizer))
+            runner.generate(prompt, config, stats_callback=stats.append)
+    except RuntimeError as error:
+        raise RuntimeError(f"TextLLMRunner failed on {Path(pte).name}: {error}\n" + "\n".join(streams.logs[-20:])) from error
+    output.close()
+    if log is not None:
+        for line in streams.logs:
+            log(line)
+    s = stats[-1]
+    return Generation(
+        text="".join(text),
+        prompt_tokens=s.num_prompt_tokens,
+        generated_tokens=s.num_generated_tokens + 1,
+        prompt_ms=float(s.prompt_eval_end_ms - s.inference_start_ms),
+        decode_ms=float(s.inference_end_ms - s.prompt_eval_end_ms),
+    )
+
+
+class _RunnerStreams:
+    """File descriptor 1 into a pipe read by a thread (to ``on_stdout``); descriptor 2 into a file of log lines.
+
+    Python's own ``sys.stdout`` and ``sys.stderr`` keep writing where they
+    did (to copies of the original descriptors), so a caller printing the
+    text as it comes is not read back as the runner's.
+    """
+
+    def __init__(self, on_stdout: Callable[[bytes], None]) -> None:
+        self._on_stdout = on_stdout
+        self.logs: list[str] = []
+
+    def __enter__(self) -> _RunnerStreams:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self._saved = (os.dup(1), os.dup(2))
+        read, write = os.pipe()
+        self._reader = threading.Thread(target=self._read, args=(read,), daemon=True)
+        self._reader.start()
+        os.dup2(write, 1)
+        os.close(write)
+        self._errors = tempfile.TemporaryFile(mode="w+b")
+        os.dup2(self._errors.fileno(), 2)
+        self._python = (sys.stdout, sys.stderr)
+        self._copies = (
+            open(os.dup(self._saved[0]), "w", buffering=1, encoding="utf-8", errors="replace"),
+            open(os.dup(self._saved[1]), "w", buffering=1, encoding="utf-8", errors="replace"),
+        )
+        sys.stdout, sys.stderr = self._copies
+        return self
+
+    def _read(self, fd: int) -> None:
+        with os.fdopen(fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(4096):
+                self._on_stdout(chunk)
+
+    def __exit__(self, *exc_info) -> None:
+        sys.stdout, sys.stderr = self._python
+        for copy in self._copies:
+            copy.close()
+        os.dup2(self._saved[0], 1)  # closes the pipe's last writer: the reader sees the end
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            os.close(fd)
+        self._reader.join()
+        self._errors.seek(0)
+        self.logs += [line for line in self._errors.read().decode(errors="replace").splitlines() if line.strip()]
+        self._errors.close()

@@ -46,14 +46,18 @@ takes the whole graph, so it is decomposed once, partitioned and converted
 on ATen IR, and only the casts left around the delegate become edge dialect.
 """
 
-from . import _compat, verify
-from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config
-from .externalize import ExternalizedModules, externalize_modules
-from .lowering import export_with_composites, lower, lower_exported, save_pte
-from .host_runtime import load_runtime_backend
-from .partitioner import CoreAIPartitioner
-from .passes import get_default_passes
-from .specs import default_specs, spec_for
+from . import console
+
+console.quiet_imports()  # torchao and torch talk while executorch and coreai-opt are imported
+
+from . import _compat, verify  # noqa: E402
+from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config  # noqa: E402
+from .externalize import ExternalizedModules, externalize_modules  # noqa: E402
+from .lowering import export_with_composites, lower, lower_exported, save_pte  # noqa: E402
+from .host_runtime import load_runtime_backend  # noqa: E402
+from .partitioner import CoreAIPartitioner  # noqa: E402
+from .passes import get_default_passes  # noqa: E402
+from .specs import default_specs, spec_for  # noqa: E402
 
 __all__ = [
     "CoreAIPartitioner",

@@ -1,95 +1,118 @@
-"""Export a Hugging Face decoder-only LLM (Llama, Qwen2, Qwen3, Mistral) to a .pte for ExecuTorch's LLM runner.
+"""Export a Hugging Face decoder-only LLM to a .pte for ExecuTorch's LLM runner, with Core AI composites.
 
     python examples/export_llm.py --config qwen3 --verify --generate "Hello"
-    python examples/export_llm.py --checkpoint path/to/local/hf/checkpoint --dtype fp16 --out out/model.pte
-    python examples/export_llm.py --config llama --shapes enumerated      # static shapes, for the Neural Engine
+    python examples/export_llm.py --checkpoint path/to/checkpoint --dtype fp16 --out out/model.pte
+    python examples/export_llm.py --checkpoint path/to/checkpoint --num-layers 2 --dry-run
+    python examples/export_llm.py --config gemma3_text --shapes enumerated     # static shapes, for the Neural Engine
 
-The .pte has one method, ``forward(tokens [1, T], input_pos [T]) -> logits``,
-over a static KV cache the Core AI delegate owns as state: a prompt of up to
-``--prefill-chunk`` tokens is one call, a decode step is ``T = 1``.  The whole
-step (embedding, decoder, lm_head; RMSNorm, attention and RoPE as Core AI
-composites) is one delegate, with one copy of the weights, plus the metadata
-methods ExecuTorch's ``TextLLMRunner`` reads.  ``tokenizer.json`` is written
-beside the .pte (the checkpoint's, or a byte-level one for the tiny configs).
-``--shapes dynamic`` exports ``T`` as a dimension (GPU and CPU); ``--shapes
-enumerated`` compiles ``T`` in {1, chunk} as entrypoints of one asset sharing
-the weights (the Neural Engine needs static shapes).  Nothing is downloaded.
-Needs the hf extra: ``pip install -e '.[hf]'``.
+The .pte has one method, ``forward(tokens [1, T], input_pos [T]) -> logits``
+(the last position's, ``[1, 1, vocab]``; every position's with
+``--full-logits``), over caches the Core AI delegate owns as state: a prompt
+of up to ``--prefill-chunk`` tokens is one call, a decode step is ``T = 1``.
+The whole step (embedding, decoder, lm_head; RMSNorm, attention and RoPE as
+Core AI composites) is one delegate, with one copy of the weights, plus the
+metadata methods ExecuTorch's ``TextLLMRunner`` reads.  The checkpoint's
+tokenizer (``tokenizer.json``, a SentencePiece or tiktoken
+``tokenizer.model``) is checked with ExecuTorch's runner tokenizers before
+anything is exported and copied beside the .pte.  ``--config`` builds a tiny
+random model of any family (``coreai_partitioner.llm.supported()``) with a
+one-character-per-token tokenizer.  Nothing is downloaded.  Needs the hf
+extra: ``pip install -e '.[hf]'``.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import shutil
+import sys
 import time
-import warnings
 from pathlib import Path
 
-warnings.filterwarnings("ignore", category=FutureWarning)
-warnings.filterwarnings("ignore", message="coreai-torch has only been validated")
+import os
+
+if "-v" in sys.argv or "--verbose" in sys.argv:
+    os.environ["COREAI_PARTITIONER_VERBOSE"] = "1"  # before coreai_partitioner imports its dependencies
+
+from coreai_partitioner import console  # noqa: E402
+
+console.quiet_dependencies()
 
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from coreai_partitioner import llm as hf, verify  # noqa: E402
+from coreai_partitioner import llm, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai import debug_info  # noqa: E402
+from coreai_partitioner.llm import text, tokenizer  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
 
-def load_model(args: argparse.Namespace) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
+def fail(message: str) -> None:
+    raise SystemExit(f"export_llm.py: error: {message}")
+
+
+def model_config(args: argparse.Namespace):
+    """The config to export (its first ``--num-layers`` layers), refused up front if no family adapts it."""
+    from transformers import AutoConfig
 
     if args.checkpoint:
+        if not (args.checkpoint / "config.json").is_file():
+            what = "no such directory" if not args.checkpoint.is_dir() else "no config.json in it"
+            fail(f"--checkpoint {args.checkpoint}: {what}; give a local Hugging Face checkpoint directory")
         config = AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
-        if config.model_type not in hf.SUPPORTED:
-            raise SystemExit(
-                f"{args.checkpoint} is a {config.model_type!r} checkpoint; this example exports "
-                f"{', '.join(hf.SUPPORTED)} (coreai_partitioner.hf.SUPPORTED)"
-            )
+    else:
+        config = llm.tiny_config(args.config)
+    llm.family_of(config.get_text_config().model_type)  # refused here, before any work, if no family adapts it
+    if args.num_layers is not None:
+        config = llm.first_layers(config, args.num_layers)
+    return config
+
+
+def choose_tokenizer(args: argparse.Namespace) -> tokenizer.Tokenizer | None:
+    """The checkpoint's tokenizer, checked as ExecuTorch's runner loads it, before any export work."""
+    if not args.checkpoint or args.no_tokenizer:
+        return None
+    found = tokenizer.find(args.checkpoint)
+    if found is None:
+        import warnings
+
+        warnings.warn(
+            f"{args.checkpoint} has no tokenizer (tokenizer.json, tokenizer.model, *.tiktoken); the .pte is "
+            "exported without one, and ExecuTorch's LLM runner will need one (--no-tokenizer says this is meant)",
+            stacklevel=2,
+        )
+        return None
+    try:
+        return tokenizer.check(found)
+    except tokenizer.TokenizerError as error:
+        fail(str(error))
+
+
+def load_model(args: argparse.Namespace, config) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    dtype = DTYPES[args.dtype]
+    if args.checkpoint:
         return AutoModelForCausalLM.from_pretrained(
-            args.checkpoint, torch_dtype=DTYPES[args.dtype], local_files_only=True
+            args.checkpoint, config=config, dtype=dtype, local_files_only=True, attn_implementation="eager"
         ).eval()
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(hf.tiny_config(args.config)).to(DTYPES[args.dtype]).eval()
+    return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager").eval()
 
 
-def write_tokenizer(model: torch.nn.Module, args: argparse.Namespace) -> Path:
-    path = args.out.parent / "tokenizer.json"
-    if args.checkpoint:
-        source = args.checkpoint / "tokenizer.json"
-        if not source.exists():
-            raise SystemExit(f"{args.checkpoint} has no tokenizer.json; ExecuTorch's LLM runner needs one")
-        if source.resolve() != path.resolve():
-            shutil.copyfile(source, path)
-    else:
-        hf.byte_tokenizer(model.config).save(str(path))
-    return path
+def dry_run(args: argparse.Namespace, config, shapes: llm.DecoderShapes, found) -> None:
+    """What would be exported, from the config alone (the model is built on the meta device: no weights)."""
+    plan = llm.plan(config, shapes, dtype=DTYPES[args.dtype], full_logits=args.full_logits)
+    print(plan)
+    print(f"  tokenizer: {found.describe() if found else 'one character per token (tiny config)' if not args.checkpoint else 'none'}")
+    print(f"  would write {args.out}")
 
 
-def weight_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's parameters, a tied embedding counted once."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+def check(model, pte: Path, shapes: llm.DecoderShapes, quantized, full_logits: bool) -> bool:
+    """A one-call prefill's logits and greedy tokens until EOS from the .pte, against HF eager.
 
-
-def eager_greedy(module: torch.nn.Module, prompt: list[int], new_tokens: int) -> list[int]:
-    """Greedy tokens from an eager ``forward(tokens, input_pos)`` program (the quantized reference)."""
-    tokens = list(prompt)
-    with torch.no_grad():
-        logits = module(torch.tensor([tokens]), torch.arange(len(tokens)))
-        for _ in range(new_tokens):
-            tokens.append(int(logits[0, -1].argmax()))
-            logits = module(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
-    return tokens
-
-
-def check(model: torch.nn.Module, pte: Path, shapes: hf.DecoderShapes, quantized: torch.nn.Module | None) -> bool:
-    """A one-call prefill's logits and 8 greedy tokens from the .pte, against HF eager.
-
-    A quantized .pte is judged against the quantized eager program; its error
-    against the float model is printed too, so what quantization cost shows.
+    A quantized .pte is judged against the quantized eager program; what the
+    quantization cost against the float model is printed beside it.
     """
     import copy
 
@@ -97,60 +120,73 @@ def check(model: torch.nn.Module, pte: Path, shapes: hf.DecoderShapes, quantized
 
     generator = torch.Generator().manual_seed(1)
     length = min(shapes.prefill_chunk, 8 if shapes.mode == "dynamic" else shapes.prefill_chunk)
-    prompt = torch.randint(0, model.config.vocab_size, (1, length), generator=generator)
+    prompt = torch.randint(0, model.config.get_text_config().vocab_size, (1, length), generator=generator)
     positions = torch.arange(length)
     with torch.no_grad():
         expected = model(prompt).logits
-    verify.reset_state(pte)
-    if quantized is None:
-        report = verify.check(pte, expected, prompt, positions)
-    else:
-        report = quantize.check(pte, copy.deepcopy(quantized), expected, prompt, positions)
-    print(f"\none-call prefill of {length} tokens vs {'the quantized eager program' if quantized else 'Hugging Face eager'}:\n{report}")
+    if not full_logits:
+        expected = expected[:, -1:]
+    with console.NativeStreams():
+        verify.reset_state(pte)
+        if quantized is None:
+            report = verify.check(pte, expected, prompt, positions)
+        else:
+            report = quantize.check(pte, llm.reset_state(copy.deepcopy(quantized)), expected, prompt, positions)
+    which = "every position's" if full_logits else "the last position's"
+    reference = "the quantized eager program" if quantized is not None else "Hugging Face eager"
+    print(f"\nverify: one-call prefill of {length} tokens, {which} logits, against {reference}:\n{report}")
+
     start = prompt[0, : min(5, length)].tolist()
-    got = hf.greedy_decode(pte, start, 8, shapes)
+    new_tokens = 8
+    with console.NativeStreams():
+        got = llm.greedy_decode(pte, start, new_tokens, shapes)
     if quantized is None:
         with torch.no_grad():
-            wanted = model.generate(torch.tensor([start]), max_new_tokens=8, do_sample=False, pad_token_id=0)[0].tolist()
+            wanted = model.generate(torch.tensor([start]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=0)[0]
+        wanted = wanted.tolist()
     else:
-        wanted = eager_greedy(copy.deepcopy(quantized), start, 8)
-    same = got == wanted[: len(got)] and len(got) >= len(wanted)
-    print(f"\ngreedy, 8 tokens:\n  .pte : {got}\n  eager: {wanted}\n  {'same' if same else 'DIFFERENT'}")
+        wanted = eager_greedy(llm.reset_state(copy.deepcopy(quantized)), start, new_tokens, llm.eos_ids_of(pte))
+    same = got == wanted
+    print(f"\ngreedy, up to {new_tokens} new tokens, stopping at EOS:\n  .pte : {got}\n  eager: {wanted}\n  {'same' if same else 'DIFFERENT'}")
     return report.ok and same
 
 
-def generate(pte: Path, tokenizer: Path, prompt: str, new_tokens: int) -> None:
-    """Run ExecuTorch's own TextLLMRunner on the .pte, Core AI delegates on the host backend."""
-    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
-
-    from coreai_partitioner import load_runtime_backend
-
-    load_runtime_backend()
-    runner = TextLLMRunner(str(pte), str(tokenizer))
-    pieces: list[str] = []
-    stats = []
-    config = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False)
-    runner.generate(prompt, config, token_callback=pieces.append, stats_callback=stats.append)
-    print(f"\nTextLLMRunner: {prompt!r} -> {''.join(pieces)!r}")
-    if stats:
-        s = stats[-1]
-        decode_ms = s.inference_end_ms - s.prompt_eval_end_ms
-        print(
-            f"  prompt {s.num_prompt_tokens} token(s) in {s.prompt_eval_end_ms - s.inference_start_ms} ms; "
-            f"{s.num_generated_tokens} generated, "
-            f"{1000 * max(s.num_generated_tokens - 1, 0) / max(decode_ms, 1):.1f} tokens/s"
-        )
+def eager_greedy(module: torch.nn.Module, prompt: list[int], new_tokens: int, eos_ids: tuple[int, ...]) -> list[int]:
+    """Greedy tokens from an eager ``forward(tokens, input_pos)`` program (the quantized reference)."""
+    tokens = list(prompt)
+    with torch.no_grad():
+        logits = module(torch.tensor([tokens]), torch.arange(len(tokens)))
+        for _ in range(new_tokens):
+            tokens.append(int(logits[0, -1].argmax()))
+            if tokens[-1] in eos_ids:
+                break
+            logits = module(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
+    return tokens
 
 
-def main() -> None:
+def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes: llm.DecoderShapes, new_tokens: int) -> None:
+    """The .pte in ExecuTorch's runtime as its LLM runner calls it, the text as it comes, whole characters."""
+    print(f"\ngenerate: {prompt!r} -> ", end="", flush=True)
+    result = text.generate_text(
+        pte, tokenizer_path, prompt, shapes, max_new_tokens=new_tokens, on_text=lambda t: print(t, end="", flush=True)
+    )
+    print(
+        f"\n  prompt {result.prompt_tokens} token(s) in {1000 * result.prompt_seconds:.0f} ms; "
+        f"{result.generated_tokens} generated, {result.tokens_per_second:.1f} tokens/s"
+    )
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--config", choices=("llama", "qwen2", "qwen3", "mistral"), default="llama")
+    source.add_argument("--config", choices=llm.supported(), default="llama", help="a tiny random model of this family")
     source.add_argument("--checkpoint", type=Path, help="a local Hugging Face checkpoint directory")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32")
-    parser.add_argument("--max-context-len", type=int, default=128, help="KV cache length (prompt + generated)")
+    parser.add_argument("--num-layers", type=int, help="export the first N layers only (fast trials of a big checkpoint)")
+    parser.add_argument("--max-context-len", type=int, default=128, help="cache length (prompt + generated)")
     parser.add_argument("--prefill-chunk", type=int, default=32, help="most tokens one forward call takes")
-    parser.add_argument("--shapes", choices=hf.SHAPE_MODES, default="dynamic")
+    parser.add_argument("--shapes", choices=llm.SHAPE_MODES, default="dynamic")
+    parser.add_argument("--full-logits", action="store_true", help="forward returns every position's logits")
     parser.add_argument(
         "--quantize",
         choices=("int8", "int4"),
@@ -161,54 +197,102 @@ def main() -> None:
         help="what the Core AI asset keeps of the torch source: full = stack traces, for device diagnostics",
     )
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
-    parser.add_argument("--verify", action="store_true", help="check the .pte against HF eager")
-    parser.add_argument("--generate", metavar="PROMPT", help="run ExecuTorch's TextLLMRunner on the .pte")
+    parser.add_argument("--no-tokenizer", action="store_true", help="export without the checkpoint's tokenizer")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be exported, convert nothing")
+    parser.add_argument("--verify", action="store_true", help="check the .pte against HF eager before keeping it")
+    parser.add_argument("--generate", metavar="PROMPT", help="generate from the .pte in ExecuTorch's runtime")
     parser.add_argument("--new-tokens", type=int, default=16)
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    shapes = hf.DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the dependencies' own logs too")
+    return parser.parse_args()
 
+
+#: Errors that say what is wrong with the command's input: one line each, no traceback.
+INPUT_ERRORS = (llm.UnsupportedModel, llm.UnsupportedConfig, tokenizer.TokenizerError)
+
+
+def main() -> None:
+    args = parse_args()
+    try:
+        shapes = llm.DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes)
+    except ValueError as error:
+        fail(str(error))
+    if args.num_layers is not None and args.num_layers < 1:
+        fail(f"--num-layers {args.num_layers}: give at least 1")
+    try:
+        config = model_config(args)
+        found = choose_tokenizer(args)
+        if args.generate is not None and args.checkpoint and found is None:
+            fail("--generate needs a tokenizer, and this export has none")
+        if args.dry_run:
+            dry_run(args, config, shapes, found)
+            return
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        partial = args.out.with_name(args.out.name + ".partial")
+        try:
+            written = export(args, config, shapes, found, partial)
+        finally:
+            partial.unlink(missing_ok=True)
+    except INPUT_ERRORS as error:
+        fail(str(error))
+    if args.generate is not None:
+        generate(args.out, written, args.generate, shapes, args.new_tokens)
+
+
+def export(args: argparse.Namespace, config, shapes: llm.DecoderShapes, found, partial: Path) -> Path | None:
+    """Load, export, write ``partial``, verify it; then it becomes ``--out``, the tokenizer beside it."""
     phases: dict[str, float] = {}
-    with tqdm(total=3, unit="phase") as bar:
+    with tqdm(total=3, unit="phase", leave=False) as bar:
         bar.set_description("load model")
         start = time.perf_counter()
-        model = load_model(args)
+        model = load_model(args, config)
         phases["load"] = time.perf_counter() - start
         bar.update()
         bar.set_description("export and lower")
         start = time.perf_counter()
         quantized: list[torch.nn.Module] = []
-        lowered = hf.lower_decoder(
-            model, shapes, quantize=args.quantize, quantized_reference=quantized, debug_info=args.debug_info
+        lowered = llm.lower_decoder(
+            model,
+            shapes,
+            full_logits=args.full_logits,
+            quantize=args.quantize,
+            quantized_reference=quantized,
+            debug_info=args.debug_info,
         )
         phases["export and lower"] = time.perf_counter() - start
         bar.update()
-        bar.set_description("serialize")
+        bar.set_description("write")
         start = time.perf_counter()
-        partial = args.out.with_suffix(args.out.suffix + ".partial")
         with open(partial, "wb") as file:
             lowered.to_executorch().write_to_file(file)
-        partial.replace(args.out)
         del lowered
-        phases["serialize"] = time.perf_counter() - start
+        phases["write"] = time.perf_counter() - start
         bar.update()
-    tokenizer = write_tokenizer(model, args)
 
-    pte = read_pte(args.out)
-    weights = weight_bytes(model)
-    delegates = [d for d in pte.delegates if d.method == "forward"]
-    print(f"\n{type(model).__name__}: {model.config.num_hidden_layers} layer(s), {model.dtype} -> {args.out}, {tokenizer}")
+    pte = read_pte(partial)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    text_config = model.config.get_text_config()
+    print(f"{type(model).__name__} ({text_config.model_type}): {text_config.num_hidden_layers} layer(s), {args.dtype}")
     print(f"  methods: {', '.join(pte.methods)}")
-    print(f"  forward: {len(delegates)} Core AI delegate(s); T {shapes.mode} up to {shapes.prefill_chunk}, context {shapes.max_context_len}")
+    print(
+        f"  forward: {len(pte.coreai_delegates('forward'))} Core AI delegate; T {shapes.mode} up to "
+        f"{shapes.prefill_chunk}, context {shapes.max_context_len}, "
+        f"{'every position' if args.full_logits else 'last position'}'s logits"
+    )
     print(f"  .pte {pte.size:,} bytes, weights {weights:,} bytes ({pte.size / weights:.3f}x)")
     print("  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items()))
-    ok = True
-    if args.verify:
-        ok = check(model, args.out, shapes, quantized[0] if quantized else None)
-    if args.generate is not None:
-        generate(args.out, tokenizer, args.generate, args.new_tokens)
-    raise SystemExit(0 if ok else 1)
+    if args.verify and not check(model, partial, shapes, quantized[0] if quantized else None, args.full_logits):
+        fail(f"the .pte does not match the model; {args.out} not written")
+    partial.replace(args.out)
+    if found is not None:
+        copies = tokenizer.copy(found, args.out.parent)
+        written = copies[0]
+    elif not args.checkpoint:
+        written = args.out.parent / "tokenizer.json"
+        llm.byte_tokenizer(text_config).save(str(written))
+    else:
+        written = None
+    print(f"wrote {args.out}" + (f" and {written.name}" if written else " (no tokenizer)"))
+    return written
 
 
 if __name__ == "__main__":

@@ -8,12 +8,22 @@ from coreai_partitioner import llm
 
 
 def tiny(model_type: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """The family's tiny random model, eager attention (HF's reference implementation), seeded."""
+    """The family's tiny random model, eager attention (HF's reference implementation), seeded.
+
+    Parameters HF initializes to one value (norm weights: ones, or zeros for
+    ``1 + w`` norms) are made random too, so a norm that scaled by ``w``
+    instead of ``1 + w`` shows, and no two norms are the same function.
+    """
     import transformers
 
     torch.manual_seed(0)
     config = llm.tiny_config(model_type)
-    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").to(dtype).eval()
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() > 1 and bool((parameter == parameter.flatten()[0]).all()):
+                parameter.add_(torch.empty_like(parameter).uniform_(-0.5, 0.5))
+    return model.to(dtype)
 
 
 def prompt_tokens(length: int = 8, vocab: int = 256) -> torch.Tensor:

@@ -49,7 +49,7 @@ ROWS = {
     "gemma": composites(5, 4, 2),  # (1 + w) norms
     "gemma2": composites(17, 8, 0),  # soft-capped attention logits: plain ops
     "gemma3_text": composites(25, 8, 4),  # q/k norms, a RoPE table per layer type
-    "gemma4_text": composites(44, 10, 6),  # per-layer inputs, KV sharing, k == v, proportional RoPE
+    "gemma4_text": composites(46, 10, 6),  # per-layer inputs, KV sharing, k == v, proportional RoPE
 }
 
 
@@ -100,3 +100,10 @@ def test_pte_keeps_its_composites_and_matches_hf_eager_until_eos(model_type, tmp
     got = llm.greedy_decode(path, start, NEW_TOKENS, SHAPES, eos_ids=(eos,))
     assert got[-1] == eos and len(got) <= PROMPT + 5
     assert_hf_greedy(got[PROMPT:], model, start, NEW_TOKENS, eos)
+
+
+@pytest.mark.parametrize("model_type", sorted(ROWS))
+def test_the_dry_run_plan_counts_the_composites_the_asset_invokes(model_type):
+    # The asset's own count is test_pte_keeps_its_composites_and_matches_hf_eager_until_eos's.
+    counts = llm.plan(llm.tiny_config(model_type), SHAPES).composites
+    assert {name: counts.get(name, 0) for name in ROWS[model_type]} == ROWS[model_type]

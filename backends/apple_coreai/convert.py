@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import logging
 from collections import Counter
 from typing import Any
@@ -86,6 +88,9 @@ def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> A
     logger.info("converting a delegate with %d externalized call site(s)", len(records))
     converter = _upstream.BuildIndependentConverter(stack_traces=debug_info == "full")
     converter.add_exported_program(program, _externalized_exported_programs=records or None)
-    converted = converter.to_coreai()
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):  # coreai-torch prints its version and progress to stdout
+        converted = converter.to_coreai()
+    logger.debug("coreai-torch: %s", printed.getvalue().strip())
     keep_only(converted, debug_info)
     return converted

@@ -24,24 +24,28 @@ The road of a checkpoint:
 
 from .blocks import UnsupportedConfig
 from .decoder import Decoder, reset_state
-from .export import SHAPE_MODES, DecoderShapes, adapt, export_decoder, lower_decoder, runner_metadata
+from .export import SHAPE_MODES, DecoderShapes, Plan, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
 from .families import UnsupportedModel, family_of, supported, tiny_config
-from .generate import TextPieces, byte_tokenizer, check_call, greedy_decode, prefill_calls
+from .generate import TextPieces, byte_tokenizer, check_call, eos_ids_of, greedy_decode, prefill_calls
 
 __all__ = [
     "SHAPE_MODES",
     "Decoder",
     "DecoderShapes",
+    "Plan",
     "TextPieces",
     "UnsupportedConfig",
     "UnsupportedModel",
     "adapt",
     "byte_tokenizer",
     "check_call",
+    "eos_ids_of",
     "export_decoder",
     "family_of",
+    "first_layers",
     "greedy_decode",
     "lower_decoder",
+    "plan",
     "prefill_calls",
     "reset_state",
     "runner_metadata",

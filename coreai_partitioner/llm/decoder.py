@@ -100,16 +100,28 @@ class Decoder(nn.Module):
         return logits
 
 
-def reset_state(module: nn.Module) -> nn.Module:
-    """Empty every cache of a :class:`Decoder`, or of a module exported from one (``program.module()``).
+def state_buffers(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The buffers of a :class:`Decoder` (or of a module exported from one) that are its state, by name.
 
-    Every cache starts at zero (an empty sliding window too) and is found by
-    its buffer name: ``*_cache``, ``*_state``, ``window_positions_*``.  The
-    eager reference of a quantized export starts from the state the ``.pte``
-    starts from.
+    Caches are named ``*_cache`` (keys, values), ``*_state`` (recurrent and
+    convolution states) and ``window_positions_*`` (what a sliding window's
+    slots hold); every one starts at zero.
     """
+    found = []
     for name, buffer in module.named_buffers():
         leaf = name.rsplit(".", 1)[-1]
         if leaf.startswith("window_positions_") or leaf.endswith("_cache") or leaf.endswith("_state"):
-            buffer.zero_()
+            found.append((name, buffer))
+    return found
+
+
+def reset_state(module: nn.Module) -> nn.Module:
+    """Empty every cache of a :class:`Decoder`, or of a module exported from one (``program.module()``).
+
+    Every cache starts at zero (an empty sliding window too, :func:`state_buffers`):
+    the eager reference of a quantized export then starts from the state the
+    ``.pte`` starts from.
+    """
+    for _, buffer in state_buffers(module):
+        buffer.zero_()
     return module

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .. import _compat
-from .decoder import Decoder
+from .decoder import Decoder, state_buffers
 
 logger = logging.getLogger(__name__)
 
@@ -202,4 +202,112 @@ def lower_decoder(
             constant_methods=runner_metadata(model, shapes),
             compile_config=_compat.unverified_compile_config(),
         )
+
+
+
+def first_layers(config: Any, layers: int) -> Any:
+    """A copy of ``config`` with only its first ``layers`` decoder layers (Apple's exporter's ``--num-layers``).
+
+    Every per-layer list (``layer_types``, ``no_rope_layers``, ...) is cut to
+    match; Gemma 4's shared-KV layers, the last ones, lose those cut off.
+    Loading a checkpoint with it reads only those layers' weights.
+    """
+    import copy
+
+    config = copy.deepcopy(config)
+    text = config.get_text_config()
+    total = text.num_hidden_layers
+    if not 1 <= layers <= total:
+        raise ValueError(f"num_layers {layers}: the model has {total} layers; give 1 to {total}")
+    per_layer = {name: value[:layers] for name, value in vars(text).items() if isinstance(value, list) and len(value) == total}
+    text.num_hidden_layers = layers
+    for name, value in per_layer.items():
+        setattr(text, name, value)
+    if getattr(text, "num_kv_shared_layers", 0):
+        text.num_kv_shared_layers = max(0, text.num_kv_shared_layers - (total - layers))
+    return config
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What :func:`lower_decoder` would make of a config: read off its decoder on the meta device."""
+
+    model_type: str
+    family: str
+    layers: int
+    windows: dict[int, int]  # window size -> sliding layers
+    composites: dict[str, int]
+    plain: list[tuple[str, str]]
+    shapes: DecoderShapes
+    weight_bytes: int
+    state_bytes: int
+    dtype: torch.dtype
+    full_logits: bool
+
+    def __str__(self) -> str:
+        mb = 1e6
+        sliding = ", ".join(f"{count} sliding over {size}" for size, count in sorted(self.windows.items()))
+        full = self.layers - sum(self.windows.values())
+        lines = [
+            f"{self.model_type} (family {self.family}): {self.layers} layer(s), {full} full attention"
+            + (f", {sliding}" if sliding else ""),
+            f"  forward(tokens [1, T], input_pos [T]) -> logits [1, {'T' if self.full_logits else '1'}, vocab]; "
+            f"T {self.shapes.mode} "
+            + (f"1..{self.shapes.prefill_chunk}" if self.shapes.mode == "dynamic" else f"{{1, {self.shapes.prefill_chunk}}}")
+            + f", context {self.shapes.max_context_len}",
+            "  composites: " + ", ".join(f"{name} x{count}" for name, count in sorted(self.composites.items())),
+        ]
+        lines += [f"  plain ops: {path} ({reason})" for path, reason in self.plain]
+        lines.append(
+            f"  weights {self.weight_bytes / mb:,.1f} MB ({str(self.dtype).replace('torch.', '')}), the .pte about "
+            f"as much; delegate state (caches) {self.state_bytes / mb:,.1f} MB"
+        )
+        return "\n".join(lines)
+
+
+def plan(config: Any, shapes: DecoderShapes, *, dtype: torch.dtype = torch.float32, full_logits: bool = False) -> Plan:
+    """:class:`Plan` for ``config``: its model and decoder built on the meta device, so nothing is allocated.
+
+    The composites are counted from one ``forward`` on meta tensors: each
+    call of a composite module is one call site of the asset.
+    """
+    import collections
+
+    from transformers import AutoModelForCausalLM
+
+    from ..specs import default_specs
+    from .blocks import Attention
+    from .families import family_of
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        decoder = adapt(model, shapes, full_logits=full_logits)
+    names = {spec.target_class: spec.composite_op_name for spec in default_specs()}
+    calls: collections.Counter = collections.Counter()
+    hooks = [
+        module.register_forward_pre_hook(lambda module, args: calls.update([names[type(module)]]))
+        for module in decoder.modules()
+        if type(module) in names
+    ]
+    try:
+        with torch.no_grad(), torch.device("meta"):
+            decoder(torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    windows = collections.Counter(m.window for m in decoder.modules() if isinstance(m, Attention) and m.window)
+    text = model.config.get_text_config()
+    return Plan(
+        model_type=text.model_type,
+        family=family_of(model).__name__.rsplit(".", 1)[-1] + ".py",
+        layers=text.num_hidden_layers,
+        windows=dict(windows),
+        composites=dict(calls),
+        plain=list(decoder.plain),
+        shapes=shapes,
+        weight_bytes=sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values()),
+        state_bytes=sum(b.numel() * b.element_size() for _, b in state_buffers(decoder)),
+        dtype=dtype,
+        full_logits=full_logits,
+    )
 

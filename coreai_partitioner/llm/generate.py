@@ -129,10 +129,11 @@ def byte_tokenizer(config: Any) -> Any:
     LLM runner can print a random model's output.  ``config``'s BOS and EOS
     tokens are special tokens.
     """
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, decoders, models
 
     characters = [chr(i) if 32 <= i < 127 else chr(0x100 + i) for i in range(256)]
     tokenizer = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(characters)}, merges=[], unk_token=characters[0]))
+    tokenizer.decoder = decoders.Fuse()  # tokens are characters: joined as they are, not with spaces
     special = [getattr(config, "bos_token_id", None), getattr(config, "eos_token_id", None)]
     tokenizer.add_special_tokens([characters[i] for i in special if isinstance(i, int)])
     return tokenizer

@@ -14,13 +14,11 @@ an error, or to a ``log`` callback.
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..console import NativeStreams
 from .generate import TextPieces
 
 #: The runner ends its output with this line of timings.
@@ -90,9 +88,10 @@ def generate(
     first, which the prompt's call yields).  The runner's log lines go to
     ``log`` if given, and are part of the error if generation fails.
     """
-    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
-
     from .. import load_runtime_backend
+
+    with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads
+        from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
     load_runtime_backend()
     text: list[str] = []
@@ -105,16 +104,16 @@ def generate(
     output = _Output(TextPieces(emit))
     stats = []
     config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature, echo=False)
-    streams = _RunnerStreams(output.feed)
+    streams = NativeStreams(on_stdout=output.feed)
     try:
         with streams:
             runner = TextLLMRunner(str(pte), str(tokenizer))
             runner.generate(prompt, config, stats_callback=stats.append)
     except RuntimeError as error:
-        raise RuntimeError(f"TextLLMRunner failed on {Path(pte).name}: {error}\n" + "\n".join(streams.logs[-20:])) from error
+        raise RuntimeError(f"TextLLMRunner failed on {Path(pte).name}: {error}\n{streams.tail()}") from error
     output.close()
     if log is not None:
-        for line in streams.logs:
+        for line in streams.lines:
             log(line)
     s = stats[-1]
     return Generation(
@@ -124,53 +123,3 @@ def generate(
         prompt_ms=float(s.prompt_eval_end_ms - s.inference_start_ms),
         decode_ms=float(s.inference_end_ms - s.prompt_eval_end_ms),
     )
-
-
-class _RunnerStreams:
-    """File descriptor 1 into a pipe read by a thread (to ``on_stdout``); descriptor 2 into a file of log lines.
-
-    Python's own ``sys.stdout`` and ``sys.stderr`` keep writing where they
-    did (to copies of the original descriptors), so a caller printing the
-    text as it comes is not read back as the runner's.
-    """
-
-    def __init__(self, on_stdout: Callable[[bytes], None]) -> None:
-        self._on_stdout = on_stdout
-        self.logs: list[str] = []
-
-    def __enter__(self) -> _RunnerStreams:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        self._saved = (os.dup(1), os.dup(2))
-        read, write = os.pipe()
-        self._reader = threading.Thread(target=self._read, args=(read,), daemon=True)
-        self._reader.start()
-        os.dup2(write, 1)
-        os.close(write)
-        self._errors = tempfile.TemporaryFile(mode="w+b")
-        os.dup2(self._errors.fileno(), 2)
-        self._python = (sys.stdout, sys.stderr)
-        self._copies = (
-            open(os.dup(self._saved[0]), "w", buffering=1, encoding="utf-8", errors="replace"),
-            open(os.dup(self._saved[1]), "w", buffering=1, encoding="utf-8", errors="replace"),
-        )
-        sys.stdout, sys.stderr = self._copies
-        return self
-
-    def _read(self, fd: int) -> None:
-        with os.fdopen(fd, "rb", buffering=0) as pipe:
-            while chunk := pipe.read(4096):
-                self._on_stdout(chunk)
-
-    def __exit__(self, *exc_info) -> None:
-        sys.stdout, sys.stderr = self._python
-        for copy in self._copies:
-            copy.close()
-        os.dup2(self._saved[0], 1)  # closes the pipe's last writer: the reader sees the end
-        os.dup2(self._saved[1], 2)
-        for fd in self._saved:
-            os.close(fd)
-        self._reader.join()
-        self._errors.seek(0)
-        self.logs += [line for line in self._errors.read().decode(errors="replace").splitlines() if line.strip()]
-        self._errors.close()

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..console import NativeStreams
 
 #: Tokenizer files by preference, as a checkpoint names them.
 CANDIDATES = ("tokenizer.json", "tokenizer.model")
@@ -52,7 +52,8 @@ def find(checkpoint: str | os.PathLike) -> Path | None:
 
 
 def _loaders() -> list[tuple[str, type]]:
-    import pytorch_tokenizers as p
+    with NativeStreams():  # importing it logs a line from C++
+        import pytorch_tokenizers as p
 
     return [
         ("huggingface", p.CppHFTokenizer),
@@ -62,45 +63,31 @@ def _loaders() -> list[tuple[str, type]]:
     ]
 
 
-@contextmanager
-def _native_stderr():
-    """The C++ loaders' error lines, read back from file descriptor 2 (they write there, not to Python)."""
-    import sys
-
-    sys.stderr.flush()
-    saved = os.dup(2)
-    captured = tempfile.TemporaryFile(mode="w+b")
-    os.dup2(captured.fileno(), 2)
-    lines: list[str] = []
-    try:
-        yield lines
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        captured.seek(0)
-        lines += [line for line in captured.read().decode(errors="replace").splitlines() if line.strip()]
-        captured.close()
-
-
 def check(path: str | os.PathLike) -> Tokenizer:
     """Load ``path`` as ExecuTorch's runner would; returns what it loaded as, raises :class:`TokenizerError`."""
     path = Path(path)
     if not path.is_file():
         raise TokenizerError(f"{path}: no such tokenizer file")
-    with _native_stderr() as said:
-        for kind, loader in _loaders():
+    reasons = {}
+    for kind, loader in _loaders():
+        said = NativeStreams()  # the C++ loaders write their reasons to file descriptor 2
+        with said:
             try:
                 tokenizer = loader()
                 tokenizer.load(str(path))
+                loaded = tokenizer.is_loaded()
             except RuntimeError:
-                continue
-            if tokenizer.is_loaded():
-                return Tokenizer(path, kind)
-    reasons = "; ".join(line.split("] ", 1)[-1] for line in said if not line.startswith("I ")) or "no loader accepted it"
+                loaded = False
+        if loaded:
+            return Tokenizer(path, kind)
+        lines = [line.split("] ", 1)[-1].strip() for line in said.lines if not line.startswith("I ")]
+        reasons[kind] = next((line for line in lines if line), "not loaded")
+    if path.suffix == ".json":  # the other loaders are the runner's fallbacks for other formats
+        reasons = {"huggingface": reasons["huggingface"]}
+    said = "; ".join(f"{kind}: {reason}" for kind, reason in reasons.items())
     raise TokenizerError(
-        f"{path}: ExecuTorch's LLM runner cannot load this tokenizer (it tries Hugging Face BPE tokenizer.json, "
-        f"tiktoken, SentencePiece and llama2c; they said: {reasons}). Give the checkpoint a tokenizer.json with a "
-        "BPE model, a SentencePiece or tiktoken tokenizer.model, or export with --no-tokenizer"
+        f"{path}: ExecuTorch's LLM runner cannot load this tokenizer ({said}). It reads a tokenizer.json with a "
+        "BPE model, a SentencePiece or tiktoken tokenizer.model; give the checkpoint one, or export with --no-tokenizer"
     )
 
 

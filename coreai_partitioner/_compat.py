@@ -94,6 +94,14 @@ def swap_attn_implementation(config: Any, implementation: str) -> str:
     return previous
 
 
+def fake_mode() -> Any:
+    """A fake-tensor mode with a shape environment, taking real (or meta) tensors as inputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv())
+
+
 def sym_expr(size: Any) -> Any:
     """A size as torch's shape environment sees it: the sympy expression of a SymInt, an int as it is."""
     return size.node.expr if isinstance(size, torch.SymInt) else size

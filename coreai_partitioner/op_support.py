@@ -33,6 +33,10 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         self.rejected: dict[str, str] = {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op == "call_function" and _in_narrowed_index(node):
+            # topk's int64 indices, narrowed to int32 right away: coreai-torch converts topk with si32
+            # indices, so no int64 value exists in the delegate or crosses its boundary (MoE routers).
+            return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
         if node.op == "call_function" and _is_bool_mul(node):
             # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
             return False
@@ -126,6 +130,46 @@ def _symbolic_beyond_dim0(node: torch.fx.Node) -> bool:
         isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape[1:])
         for val in _compat.node_tensor_vals(node)
     )
+
+
+def _is_int32_cast(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and _compat.aten_op(node.target) is torch.ops.aten._to_copy.default
+        and node.kwargs.get("dtype") == torch.int32
+        and set(node.kwargs) <= {"dtype"}
+    )
+
+
+def _narrowed_indices(getitem: torch.fx.Node) -> bool:
+    """``getitem`` takes topk's indices, and every user casts them to int32."""
+    import operator
+
+    source = getitem.args[0] if getitem.target is operator.getitem and getitem.args else None
+    return (
+        isinstance(source, torch.fx.Node)
+        and source.op == "call_function"
+        and _compat.aten_op(source.target) is torch.ops.aten.topk.default
+        and getitem.args[1] == 1
+        and bool(getitem.users)
+        and all(_is_int32_cast(user) for user in getitem.users)
+    )
+
+
+def _in_narrowed_index(node: torch.fx.Node) -> bool:
+    """``node`` is a topk whose indices are only ever narrowed to int32, that narrowing's getitem, or its cast."""
+    import operator
+
+    target = _compat.aten_op(node.target)
+    if target is torch.ops.aten.topk.default:
+        indices = [user for user in node.users if user.target is operator.getitem and user.args[1] == 1]
+        return all(_narrowed_indices(user) for user in indices)
+    if node.target is operator.getitem:
+        return _narrowed_indices(node)
+    if _is_int32_cast(node):
+        source = node.args[0]
+        return isinstance(source, torch.fx.Node) and _narrowed_indices(source)
+    return False
 
 
 def _is_bool_mul(node: torch.fx.Node) -> bool:

@@ -207,7 +207,7 @@ def parse_args() -> argparse.Namespace:
 
 
 #: Errors that say what is wrong with the command's input: one line each, no traceback.
-INPUT_ERRORS = (llm.UnsupportedModel, llm.UnsupportedConfig, tokenizer.TokenizerError)
+INPUT_ERRORS = (llm.UnsupportedModel, llm.UnsupportedConfig, llm.UnsupportedShapes, tokenizer.TokenizerError)
 
 
 def main() -> None:

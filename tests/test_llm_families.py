@@ -1,5 +1,9 @@
 """Every family the LLM path adapts, one row each: its tiny config through the .pte, against Hugging Face eager.
 
+Dense decoders, mixtures of experts (``gather_mm``) and hybrids with
+recurrent layers (``gated_delta_update``, short convolutions) alike: the
+prompt is one call, and greedy decoding goes on from the state it left.
+
 A row names the composites the family's asset must invoke (counted from the
 asset).  The tiny configs (each family file's ``tiny_config``) have a
 context longer than every sliding window, so a one-call prefill of
@@ -29,8 +33,15 @@ PROMPT = 20
 NEW_TOKENS = 10
 
 
-def composites(norms: int, ropes: int, attentions: int) -> dict[str, int]:
-    return {"rms_norm": norms, "rope": ropes, "scaled_dot_product_attention": attentions}
+def composites(norms: int, ropes: int, attentions: int, experts: int = 0, deltas: int = 0) -> dict[str, int]:
+    """What an asset invokes: ``experts`` counts ``gather_mm`` (two per MoE layer), ``deltas`` ``gated_delta_update``."""
+    return {
+        "rms_norm": norms,
+        "rope": ropes,
+        "scaled_dot_product_attention": attentions,
+        "gather_mm": experts,
+        "gated_delta_update": deltas,
+    }
 
 
 #: model_type -> the composites its tiny config's asset invokes.
@@ -50,6 +61,16 @@ ROWS = {
     "gemma2": composites(17, 8, 0),  # soft-capped attention logits: plain ops
     "gemma3_text": composites(25, 8, 4),  # q/k norms, a RoPE table per layer type
     "gemma4_text": composites(46, 10, 6),  # per-layer inputs, KV sharing, k == v, proportional RoPE
+    # mixtures of experts
+    "qwen3_moe": composites(13, 6, 3, experts=4),  # a dense layer between two sparse ones
+    "mixtral": composites(5, 4, 2, experts=4),
+    "olmoe": composites(9, 4, 2, experts=4),
+    "gpt_oss": composites(5, 4, 2, experts=4),  # attention sinks; sliding and full layers
+    # hybrid linear attention
+    "qwen3_5_text": composites(15, 4, 2, deltas=2),  # gated delta rule beside gated attention
+    "qwen3_next": composites(15, 4, 2, experts=6, deltas=2),  # and experts with a shared one
+    "qwen3_5_moe_text": composites(15, 4, 2, experts=8, deltas=2),
+    "lfm2": composites(13, 4, 2),  # short convolutions (plain ops) beside attention
 }
 
 

@@ -24,7 +24,7 @@ The road of a checkpoint:
 
 from .blocks import UnsupportedConfig
 from .decoder import Decoder, reset_state
-from .export import SHAPE_MODES, DecoderShapes, Plan, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
+from .export import SHAPE_MODES, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
 from .families import UnsupportedModel, family_of, supported, tiny_config
 from .generate import TextPieces, byte_tokenizer, check_call, eos_ids_of, greedy_decode, prefill_calls
 
@@ -36,6 +36,7 @@ __all__ = [
     "TextPieces",
     "UnsupportedConfig",
     "UnsupportedModel",
+    "UnsupportedShapes",
     "adapt",
     "byte_tokenizer",
     "check_call",

@@ -154,7 +154,8 @@ class Build:
         if name is not None and "rope_dims" not in options:
             dims = self.rope(name).dim
             options["rope_dims"] = dims if dims < shape.head_dim else None
-        return Attention(path, shape, o=attn.o_proj, context=self.context, dtype=self.dtype, **projections, **options)
+        o = attn.o_proj if hasattr(attn, "o_proj") else attn.out_proj  # LFM2 names it out_proj
+        return Attention(path, shape, o=o, context=self.context, dtype=self.dtype, **projections, **options)
 
     def mlp(self, mlp: nn.Module, act: str | None = None) -> GatedMLP:
         """The gated MLP over ``mlp``'s ``gate_proj``/``up_proj``/``down_proj`` (or fused ``gate_up_proj``)."""
@@ -162,6 +163,22 @@ class Build:
         if hasattr(mlp, "gate_up_proj"):
             return GatedMLP(act, gate_up=mlp.gate_up_proj, down=mlp.down_proj)
         return GatedMLP(act, gate=mlp.gate_proj, up=mlp.up_proj, down=mlp.down_proj)
+
+    def moe(self, mlp: nn.Module, routing: str, **options: Any) -> blocks.MoE:
+        """:class:`~.blocks.MoE` over an HF sparse MoE block's router (``gate``) and 3-D experts (``experts``).
+
+        ``routing`` is how its router picks experts (:data:`~.blocks.ROUTINGS`);
+        ``options`` are :class:`~.blocks.MoE`'s (a shared expert, ...).
+        """
+        options.setdefault("act", getattr(self.config, "hidden_act", "silu"))
+        return blocks.MoE(
+            router=mlp.gate.weight,
+            gate_up=mlp.experts.gate_up_proj,
+            down=mlp.experts.down_proj,
+            top_k=mlp.gate.top_k,
+            routing=routing,
+            **options,
+        )
 
     def norm(self, module: nn.Module | None, **options: bool) -> blocks.Norm | None:
         return blocks.norm(module, **options)
@@ -183,7 +200,8 @@ class Build:
     def decoder(self, layers: list[nn.Module], **options: Any) -> Decoder:
         """The :class:`~.decoder.Decoder` over the model's embedding, ``layers``, final norm and lm_head."""
         base = self.base
-        options.setdefault("norm", self.norm(base.norm))
+        if "norm" not in options:
+            options["norm"] = self.norm(base.norm)
         return Decoder(
             model_type=self.model_type,
             embed=base.embed_tokens,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from coreai_torch.composite_ops import SDPA, RMSNormImpl, RoPE
+from coreai_torch.composite_ops import SDPA, GatedDeltaUpdate, GatherMM, RMSNormImpl, RoPE
 
 logger = logging.getLogger(__name__)
 
@@ -487,6 +487,205 @@ class GatedMLP(nn.Module):
         else:
             gate, up = self.gate(x), self.up(x)
         return self.down(self.act(gate) * up)
+
+
+#: How a router turns its logits into each token's experts and their weights (HF's routers, in order of operations).
+ROUTINGS = ("softmax_topk", "softmax_topk_renorm", "topk_softmax")
+
+
+class MoE(nn.Module):
+    """Routed experts through the ``gather_mm`` composite: every token's top-k experts, no loop, no data-dependent shape.
+
+    ``router`` is the HF router's weight ``[E, H]`` (and ``router_bias``);
+    ``routing`` one of :data:`ROUTINGS`: softmax over the experts then top-k
+    (Qwen3-MoE, OLMoE), the same with the k weights renormalized (Mixtral,
+    Qwen3.5-MoE, ``norm_topk_prob``), or top-k of the logits then a softmax
+    over the k (GPT-OSS).  The experts are HF's 3-D parameters, stored once:
+    ``gate_up`` ``[E, 2I, H]`` (gate rows first, then up) and ``down``
+    ``[E, H, I]``, or with ``transposed`` GPT-OSS's ``[E, H, 2I]`` (gate and
+    up interleaved, with biases) and ``[E, I, H]``.  Each token's k experts
+    are two ``gather_mm`` calls (gate-up, then down) over its gathered expert
+    weights; their outputs, weighted, are summed.  ``shared`` is a dense MLP
+    every token also takes, scaled by ``sigmoid(shared_gate(x))`` when there
+    is a gate (Qwen3.5-MoE, Qwen3-Next).
+    """
+
+    def __init__(
+        self,
+        *,
+        router: nn.Parameter,
+        gate_up: nn.Parameter,
+        down: nn.Parameter,
+        top_k: int,
+        routing: str,
+        act: str = "silu",
+        router_bias: nn.Parameter | None = None,
+        transposed: bool = False,
+        gate_up_bias: nn.Parameter | None = None,
+        down_bias: nn.Parameter | None = None,
+        limit: float | None = None,
+        alpha: float | None = None,
+        shared: nn.Module | None = None,
+        shared_gate: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        if routing not in ROUTINGS:
+            raise ValueError(f"routing {routing!r}: choose one of {', '.join(ROUTINGS)}")
+        self.router, self.router_bias = router, router_bias
+        self.gate_up, self.down = gate_up, down
+        self.gate_up_bias, self.down_bias = gate_up_bias, down_bias
+        self.top_k, self.routing, self.transposed = top_k, routing, transposed
+        self.act = activation(act)
+        self.limit, self.alpha = limit, alpha
+        self.shared, self.shared_gate = shared, shared_gate
+        self.gather_up = GatherMM(num_batch_axes=1)
+        self.gather_down = GatherMM(num_batch_axes=1)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` [N, H] -> the weights [N, k] and int32 indices [N, k] of each token's experts."""
+        logits = nn.functional.linear(x, self.router, self.router_bias)
+        if self.routing == "topk_softmax":
+            top, index = torch.topk(logits, self.top_k, dim=-1)
+            weights = torch.softmax(top, dim=-1)
+        else:
+            top, index = torch.topk(torch.softmax(logits, dim=-1, dtype=torch.float32), self.top_k, dim=-1)
+            if self.routing == "softmax_topk_renorm":
+                top = top / top.sum(dim=-1, keepdim=True)
+            weights = top.to(logits.dtype)
+        return weights, index.to(torch.int32)
+
+    def _glu(self, gate_up: torch.Tensor) -> torch.Tensor:
+        if self.limit is None:
+            gate, up = gate_up.chunk(2, dim=-1)
+            return self.act(gate) * up
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # GPT-OSS: interleaved, clamped
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
+
+    def _expert_bias(self, bias: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """``bias`` [E, D] of each token's experts, ``[1, N, k, 1, D]``."""
+        return bias.index_select(0, index.flatten()).view(1, *index.shape, 1, bias.shape[-1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        weights, index = self.route(flat)
+        tokens = flat.view(-1, 1, 1, shape[-1])  # [N, 1, 1, H]
+        # Expert weights as [1, E, in, out]: gather_mm gathers the k experts of each token from axis 1.
+        gate_up = self.gate_up if self.transposed else self.gate_up.transpose(-1, -2)
+        down = self.down if self.transposed else self.down.transpose(-1, -2)
+        hidden = self.gather_up(tokens, gate_up.unsqueeze(0), rhs_indices=index)  # [1, N, k, 1, 2I]
+        if self.gate_up_bias is not None:
+            hidden = hidden + self._expert_bias(self.gate_up_bias, index)
+        out = self.gather_down(self._glu(hidden), down.unsqueeze(0), rhs_indices=index)  # [1, N, k, 1, H]
+        if self.down_bias is not None:
+            out = out + self._expert_bias(self.down_bias, index)
+        out = (out.view(*index.shape, shape[-1]) * weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
+        if self.shared is not None:
+            shared = self.shared(flat)
+            if self.shared_gate is not None:
+                shared = torch.sigmoid(self.shared_gate(flat)) * shared
+            out = out + shared
+        return out.view(shape)
+
+
+# ---------------------------------------------------------------- recurrent mixers
+
+
+def causal_conv(conv: nn.Conv1d, state: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A depthwise causal convolution of ``x`` [B, C, T] continuing from ``state`` [B, C, K - 1], which it advances.
+
+    The convolution runs over ``state`` and ``x`` together with no padding,
+    so it gives exactly ``T`` outputs, each from its last ``K`` inputs; the
+    state keeps the last ``K - 1`` inputs for the next call (what HF's
+    cache keeps, less the column it never reads).
+    """
+    window = torch.cat([state, x.to(state.dtype)], dim=-1)
+    state.copy_(window.narrow(-1, window.shape[-1] - state.shape[-1], state.shape[-1]))
+    return nn.functional.conv1d(window.to(x.dtype), conv.weight, conv.bias, groups=conv.groups)
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3-Next / Qwen3.5 linear attention, its recurrence through the ``gated_delta_update`` composite.
+
+    Projections (Qwen3.5's ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``,
+    ``in_proj_a``; Qwen3-Next's ``in_proj_qkvz`` and ``in_proj_ba``, grouped
+    by key head, split here as HF splits them), a causal depthwise conv with
+    SiLU over q, k and v (:func:`causal_conv`), ``beta = sigmoid(b)``,
+    ``g = -exp(A_log) * softplus(a + dt_bias)``, key heads repeated to the
+    value heads, the gated delta rule over the call's tokens from the state
+    the last call left (the composite's ``initial_state``; it normalizes q
+    and k and scales q), then a per-head RMSNorm gated by ``silu(z)`` and
+    ``out_proj``.  ``conv_state`` and ``recurrent_state`` are buffers: the
+    delegate's state.
+    """
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.module = module  # the HF linear-attention module: its projections, conv, A_log, dt_bias, norm
+        self.grouped = hasattr(module, "in_proj_qkvz")
+        self.heads = (module.num_k_heads, module.num_v_heads)
+        self.dims = (module.head_k_dim, module.head_v_dim)
+        self.norm = Norm(module.norm.weight, norm_eps(module.norm))
+        self.update = GatedDeltaUpdate(use_qk_l2_norm=True)
+        channels = module.conv1d.weight.shape[0]
+        kernel = module.conv1d.weight.shape[-1]
+        self.register_buffer("conv_state", torch.zeros(1, channels, kernel - 1, dtype=dtype), persistent=False)
+        state = (1, module.num_v_heads, module.head_k_dim, module.head_v_dim)
+        self.register_buffer("recurrent_state", torch.zeros(state, dtype=dtype), persistent=False)
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(mixed [B, C, T] in q|k|v channel order, z [B, T, Hv, dv], b, a [B, T, Hv])``."""
+        m, (hk, hv), (dk, dv) = self.module, self.heads, self.dims
+        batch, length = x.shape[0], x.shape[1]
+        if not self.grouped:
+            mixed = m.in_proj_qkv(x)
+            z = m.in_proj_z(x).view(batch, length, hv, dv)
+            return mixed.transpose(1, 2), z, m.in_proj_b(x), m.in_proj_a(x)
+        r = hv // hk
+        qkvz = m.in_proj_qkvz(x).view(batch, length, hk, 2 * dk + 2 * r * dv)
+        q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
+        b, a = torch.split(m.in_proj_ba(x).view(batch, length, hk, 2 * r), [r, r], dim=3)
+        mixed = torch.cat([q.reshape(batch, length, -1), k.reshape(batch, length, -1), v.reshape(batch, length, -1)], -1)
+        z = z.reshape(batch, length, hv, dv)
+        return mixed.transpose(1, 2), z, b.reshape(batch, length, hv), a.reshape(batch, length, hv)
+
+    def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
+        m, (hk, hv), (dk, dv) = self.module, self.heads, self.dims
+        batch, length = x.shape[0], x.shape[1]
+        mixed, z, b, a = self._project(x)
+        mixed = nn.functional.silu(causal_conv(m.conv1d, self.conv_state, mixed)).transpose(1, 2)
+        q, k, v = torch.split(mixed, [hk * dk, hk * dk, hv * dv], dim=-1)
+        q, k, v = q.view(batch, length, hk, dk), k.view(batch, length, hk, dk), v.view(batch, length, hv, dv)
+        beta = torch.sigmoid(b)
+        g = -m.A_log.float().exp() * nn.functional.softplus(a.float() + m.dt_bias)
+        if hv > hk:  # value head j reads key head j // (hv / hk), by index: repeat_interleave trips torch.export
+            heads = torch.arange(hk, device=x.device).repeat_interleave(hv // hk)
+            q, k = q.index_select(2, heads), k.index_select(2, heads)
+        out, state = self.update(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g.transpose(1, 2), beta.transpose(1, 2),
+            self.recurrent_state.to(q.dtype),
+        )
+        self.recurrent_state.copy_(state)
+        normed = self.norm(out) * nn.functional.silu(z.float())  # out: [B, T, Hv, dv]
+        return m.out_proj(normed.to(x.dtype).reshape(batch, length, hv * dv))
+
+
+class ShortConv(nn.Module):
+    """LFM2's short convolution: ``out_proj(C * conv(B * x))``, the causal conv continuing from ``conv_state``."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.module = module  # HF's: in_proj, conv, out_proj
+        channels, _, kernel = module.conv.weight.shape
+        self.register_buffer("conv_state", torch.zeros(1, channels, kernel - 1, dtype=dtype), persistent=False)
+
+    def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
+        m = self.module
+        gate, carry, value = m.in_proj(x).transpose(-1, -2).chunk(3, dim=-2)
+        out = carry * causal_conv(m.conv, self.conv_state, gate * value)
+        return m.out_proj(out.transpose(-1, -2))
 
 
 class Block(nn.Module):

@@ -19,7 +19,11 @@ import torch
 from torch import nn
 
 from .. import _compat
+from .blocks import GatedDeltaNet, ShortConv
 from .decoder import Decoder, state_buffers
+
+#: Mixers whose state a padded call would change: they need every call's tokens to be real ones.
+RECURRENT = (GatedDeltaNet, ShortConv)
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +67,17 @@ class DecoderShapes:
         return [{1: values}, {0: values}]
 
 
+class UnsupportedShapes(ValueError):
+    """Shapes a model cannot be exported with; names the model type, the reason and the shapes it takes."""
+
+
 def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False) -> Decoder:
     """The :class:`~.decoder.Decoder` of ``model``'s family, over its own weights, for ``shapes``.
 
-    Raises :class:`~.families.UnsupportedModel` for a model no family adapts
-    and :class:`~.blocks.UnsupportedConfig` for a config value its family
-    cannot honour, both before any export work.
+    Raises :class:`~.families.UnsupportedModel` for a model no family adapts,
+    :class:`~.blocks.UnsupportedConfig` for a config value its family cannot
+    honour and :class:`UnsupportedShapes` for shapes it cannot take
+    (recurrent layers and enumerated shapes), all before any export work.
     """
     from .adapter import Build
     from .families import family_of
@@ -82,6 +91,13 @@ def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False)
         )
     build = Build(model, shapes.max_context_len, full_logits=full_logits)
     decoder = family.build(build).eval()
+    recurrent = [type(m).__name__ for m in decoder.modules() if isinstance(m, RECURRENT)]
+    if recurrent and shapes.mode == "enumerated":
+        raise UnsupportedShapes(
+            f"{build.model_type}: enumerated shapes pad a short prompt in front, and its recurrent layers "
+            f"({', '.join(sorted(set(recurrent)))}) would take the padding into their state; export with dynamic "
+            "shapes (--shapes dynamic)"
+        )
     logger.info("%s: %d layer(s) adapted by %s", build.model_type, len(decoder.layers), family.__name__.rsplit(".", 1)[-1])
     return decoder
 
@@ -268,7 +284,7 @@ class Plan:
 def plan(config: Any, shapes: DecoderShapes, *, dtype: torch.dtype = torch.float32, full_logits: bool = False) -> Plan:
     """:class:`Plan` for ``config``: its model and decoder built on the meta device, so nothing is allocated.
 
-    The composites are counted from one ``forward`` on meta tensors: each
+    The composites are counted from one ``forward`` on fake tensors: each
     call of a composite module is one call site of the asset.
     """
     import collections
@@ -290,7 +306,9 @@ def plan(config: Any, shapes: DecoderShapes, *, dtype: torch.dtype = torch.float
         if type(module) in names
     ]
     try:
-        with torch.no_grad(), torch.device("meta"):
+        # Fake tensors over the meta parameters: the delta rule's while_loop reads its trip count, which a
+        # meta tensor cannot give.
+        with torch.no_grad(), _compat.fake_mode(), torch.device("meta"):
             decoder(torch.zeros(1, 2, dtype=torch.long), torch.arange(2))
     finally:
         for hook in hooks:

@@ -1,0 +1,62 @@
+"""LFM2: short-convolution layers beside full attention.
+
+``config.layer_types`` says which layers are ``conv`` (:class:`~..blocks.ShortConv`:
+``out_proj(C * conv(B * x))``, the causal conv continuing from a state the
+delegate owns) and which attention (q and k normed per head; the output
+projection is ``out_proj``).  Norms: ``operator_norm`` before the mixer,
+``ffn_norm`` before the MLP (``w2(silu(w1(x)) * w3(x))``), ``embedding_norm``
+last.  Composites: every RMSNorm, attention and RoPE; the convolutions are
+plain ops (no composite computes them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_TYPES = ("lfm2",)
+
+
+def build(build):
+    from ..blocks import GatedMLP, ShortConv
+
+    config = build.config
+    layers = []
+    for i, layer in enumerate(build.base.layers):
+        if hasattr(layer, "conv"):
+            mixer = ShortConv(layer.conv, build.dtype)
+            build.keep_plain(f"model.layers.{i}.conv", "a short causal convolution: no composite computes it")
+        else:
+            attn = layer.self_attn
+            mixer = build.attention(
+                f"model.layers.{i}.self_attn",
+                attn,
+                i,
+                q_norm=build.norm(attn.q_layernorm),
+                k_norm=build.norm(attn.k_layernorm),
+            )
+        ff = layer.feed_forward
+        mlp = GatedMLP(config.hidden_act if hasattr(config, "hidden_act") else "silu", gate=ff.w1, up=ff.w3, down=ff.w2)
+        layers.append(build.block(mixer, mlp, pre_attn=build.norm(layer.operator_norm), pre_mlp=build.norm(layer.ffn_norm)))
+    return build.decoder(layers, norm=build.norm(build.base.embedding_norm))
+
+
+def tiny_config(model_type: str) -> Any:
+    import transformers
+
+    return transformers.Lfm2Config(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        layer_types=["conv", "full_attention", "conv", "full_attention"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        conv_L_cache=3,
+        block_multiple_of=16,
+        block_ffn_dim_multiplier=1.0,
+        block_auto_adjust_ff_dim=True,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )

@@ -1,0 +1,65 @@
+"""Qwen3-MoE: Qwen3's attention (q and k normed per head), and mixture-of-experts MLPs through ``gather_mm``.
+
+A layer's MLP is sparse unless ``config.mlp_only_layers`` lists it or
+``decoder_sparse_step`` skips it (HF builds the layer's module either way;
+this follows the module).  The router takes a softmax over the experts,
+then the top ``num_experts_per_tok``, renormalized when ``norm_topk_prob``.
+Norms multiply by their weight in fp32 before the cast back.  Composites:
+every RMSNorm, attention and RoPE, and two ``gather_mm`` per sparse layer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MODEL_TYPES = ("qwen3_moe",)
+
+
+def build(build):
+    routing = "softmax_topk_renorm" if build.config.norm_topk_prob else "softmax_topk"
+    layers = []
+    for i, layer in enumerate(build.base.layers):
+        attn = layer.self_attn
+        attention = build.attention(
+            f"model.layers.{i}.self_attn",
+            attn,
+            i,
+            q_norm=build.norm(attn.q_norm, fp32_scale=True),
+            k_norm=build.norm(attn.k_norm, fp32_scale=True),
+        )
+        mlp = build.moe(layer.mlp, routing) if hasattr(layer.mlp, "experts") else build.mlp(layer.mlp)
+        layers.append(
+            build.block(
+                attention,
+                mlp,
+                pre_attn=build.norm(layer.input_layernorm, fp32_scale=True),
+                pre_mlp=build.norm(layer.post_attention_layernorm, fp32_scale=True),
+            )
+        )
+    return build.decoder(layers, norm=build.norm(build.base.norm, fp32_scale=True))
+
+
+def tiny_config(model_type: str) -> Any:
+    import transformers
+
+    return transformers.Qwen3MoeConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=24,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_experts=8,
+        num_experts_per_tok=2,
+        norm_topk_prob=True,
+        mlp_only_layers=[1],
+        max_position_embeddings=256,
+        use_sliding_window=True,
+        sliding_window=8,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )

@@ -1,0 +1,59 @@
+"""Every family on transformers 5.0.0rc1 (what optimum-executorch 1.1.0 pins): adapt, match HF eager, export.
+
+Run by ``tests/test_transformers_rc1.py`` in a process whose ``sys.path`` starts
+with the folder holding 5.0.0rc1 (``.venv/transformers-rc1``).  Prints one
+JSON object: per model type, the adapted decoder's largest error against
+HF eager over a prefill and four decode steps, whether it exports with its
+composites, and, for the families in ``PTE``, the error of the ``.pte`` run
+in ExecuTorch's runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from llm_helpers import prompt_tokens, tiny  # noqa: E402
+
+from coreai_partitioner import llm, verify  # noqa: E402
+
+SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=24)
+PROMPT = 20
+PTE = ("llama", "gemma3_text")
+
+
+def check(model_type: str) -> dict:
+    try:
+        model = tiny(model_type)
+    except AttributeError as error:  # the family's config class is newer than this transformers
+        return {"absent": str(error)}
+    tokens = prompt_tokens(PROMPT + 4)
+    decoder = llm.adapt(model, SHAPES, full_logits=True)
+    with torch.no_grad():
+        expected = model(tokens).logits
+        got = [decoder(tokens[:, :PROMPT], torch.arange(PROMPT))]
+        got += [decoder(tokens[:, t : t + 1], torch.tensor([t])) for t in range(PROMPT, PROMPT + 4)]
+    result = {"eager_error": float((torch.cat(got, 1) - expected).abs().max()), "scale": float(expected.abs().max())}
+    llm.reset_state(decoder)
+    program, records = llm.export_decoder(model, SHAPES, decoder=decoder)
+    result["exported_call_sites"] = len(records)
+    if model_type in PTE:
+        with tempfile.TemporaryDirectory() as directory:
+            path = Path(directory) / "model.pte"
+            path.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
+            (logits,) = verify.run(path, tokens[:, :PROMPT], torch.arange(PROMPT))
+            verify.reset_state(path)
+        result["pte_error"] = float((logits - expected[:, PROMPT - 1 : PROMPT]).abs().max())
+    return result
+
+
+if __name__ == "__main__":
+    report = {"transformers": transformers.__version__}
+    report["families"] = {model_type: check(model_type) for model_type in llm.supported()}
+    print(json.dumps(report))

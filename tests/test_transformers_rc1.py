@@ -1,0 +1,64 @@
+"""The LLM path on transformers 5.0.0rc1 too: what optimum-executorch 1.1.0 pins, beside the 5.24.0 the venv has.
+
+The two cannot share one environment (5.0.0rc1 wants tokenizers <= 0.23.0 and
+huggingface-hub < 2; 5.24.0 tokenizers >= 0.23.1), so README's test command
+installs 5.0.0rc1 and what differs with ``pip install --no-deps --target
+.venv/transformers-rc1 -r tests/requirements-transformers-rc1.txt``, and
+``tests/rc1/families.py`` runs with that folder first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = ROOT / ".venv" / "transformers-rc1"
+#: Families whose transformers classes came after 5.0.0rc1.
+NEWER = {"gemma4_text"}
+
+
+def rc1_environment() -> dict:
+    if not (TARGET / "transformers").is_dir():
+        pytest.fail(
+            f"{TARGET} is missing: install it with README's test command "
+            "(pip install --no-deps --target .venv/transformers-rc1 -r tests/requirements-transformers-rc1.txt)"
+        )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TARGET), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "rc1" / "families.py")],
+        capture_output=True, text=True, timeout=900, env=rc1_environment(),
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_it_runs_on_transformers_5_0_0rc1(report):
+    assert report["transformers"] == "5.0.0rc1"
+
+
+def test_every_family_that_exists_there_matches_hf_eager_and_exports(report):
+    families = report["families"]
+    assert {name for name, r in families.items() if "absent" in r} == NEWER
+    for name, result in families.items():
+        if "absent" in result:
+            continue
+        assert result["eager_error"] <= 1e-4 * max(result["scale"], 1.0), (name, result)
+        assert result["exported_call_sites"] > 0, (name, result)
+
+
+def test_its_pte_runs_in_executorchs_runtime_and_matches(report):
+    for name in ("llama", "gemma3_text"):
+        result = report["families"][name]
+        assert result["pte_error"] <= 1e-4 * max(result["scale"], 1.0), (name, result)

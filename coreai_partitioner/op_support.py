@@ -43,6 +43,8 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and _is_index_put(node) and _symbolic_beyond_dim0(node):
             # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
             return False
+        if node.op == "call_function" and _is_symbolic_scalar(node.meta.get("val")) and not self._readers_inside(submodules, node):
+            return False  # a delegate cannot return it: the scalar stays with its readers, outside
         if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
             return self._supports_symbolic(node)
         if node.op != "call_function" or externalized_op_name(node.target) is None:
@@ -79,6 +81,10 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
                     "(get_default_passes() narrows only 64-bit graph inputs)"
                 )
         return None
+
+    def _readers_inside(self, submodules: Any, node: torch.fx.Node) -> bool:
+        """Whether every reader of ``node`` (a symbolic scalar) is one a delegate takes."""
+        return all(user.op == "call_function" and self.is_node_supported(submodules, user) for user in node.users)
 
     def _supports_symbolic(self, node: torch.fx.Node) -> bool:
         """An op with a symbolic scalar operand (a view or expand over an LLM's token count ``T``, ``sym_size``).

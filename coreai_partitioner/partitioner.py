@@ -87,6 +87,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             for node in partition.nodes:
                 node.meta["delegation_tag"] = tag
             partition_tags[tag] = delegation_spec
+        raise_on_symbolic_outputs(graph)
         _raise_on_undelegated_call_sites(
             call_sites, support.rejected, {r.op_name: module_path(r) for r in self._records}
         )
@@ -109,6 +110,36 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
         )
         return DelegationSpec(BACKEND_ID, self._compile_specs + [spec])
+
+
+def _is_symbolic_scalar(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def raise_on_symbolic_outputs(graph: torch.fx.Graph) -> None:
+    """No delegate may return a symbolic scalar: the ``.aimodel`` would type it as a tensor.
+
+    :func:`~coreai_partitioner.passes.split_symbolic_sizes` gives each reader
+    of a size its own ``sym_size`` and op support leaves one whose readers
+    all stay outside out too, so what is left here is a symbolic scalar
+    computed from a tensor only a delegate has: the error names it.
+    """
+    problems = []
+    for node in graph.nodes:
+        tag = node.meta.get("delegation_tag")
+        if tag is None or not _is_symbolic_scalar(node):
+            continue
+        readers = sorted(user.name for user in node.users if user.meta.get("delegation_tag") != tag)
+        if readers:
+            problems.append(
+                f"  node {node.name} ({node.meta['val']}) is computed inside a Core AI delegate and read outside it by "
+                f"{', '.join(readers)}"
+            )
+    if problems:
+        raise RuntimeError(
+            "a Core AI delegate cannot return a symbolic scalar:\n" + "\n".join(problems) + "\nLet the delegate take "
+            "the readers, or leave the tensor the scalar is read from outside it (do_not_delegate)"
+        )
 
 
 def _raise_on_undelegated_call_sites(

@@ -13,6 +13,8 @@ program's.
 LLM's ``T`` in {1, chunk}): it drops the ``expand`` calls that specialize
 wrongly in Core AI (coreai-core 1.0.0b3).
 
+:class:`SplitSymbolicSizes` keeps a symbolic size off a delegate's boundary.
+
 :func:`order_state_writes` orders a stateful delegate's buffer writes as
 Core AI orders its state: by input.
 
@@ -118,9 +120,35 @@ def order_state_writes(program: ExportedProgram) -> bool:
     return True
 
 
+class SplitSymbolicSizes:
+    """Give every reader of a symbolic size its own ``sym_size``, so each goes where its reader goes.
+
+    A ``sym_size`` read both by an op a Core AI delegate takes and by one it
+    does not would be one node on the delegate's boundary, a symbolic scalar
+    the delegate cannot return.  With one ``sym_size`` per reader, op support
+    leaves out the ones whose reader stays outside (they read the size of a
+    tensor outside too).
+    """
+
+    def __call__(self, graph_module: GraphModule) -> PassResult:
+        graph = graph_module.graph
+        modified = False
+        for node in list(graph.nodes):
+            if _compat.aten_op(node.target) is not torch.ops.aten.sym_size.int or len(node.users) < 2:
+                continue
+            for user in list(node.users)[1:]:
+                with graph.inserting_after(node):
+                    copy = graph.node_copy(node)
+                user.replace_input_with(node, copy)
+                modified = True
+        if modified:
+            graph_module.recompile()
+        return PassResult(graph_module, modified)
+
+
 def get_default_passes() -> list:
     """The edge transform passes Core AI lowering needs, for static and dynamic shapes alike."""
-    return [NarrowToCoreAIDtypes()]
+    return [SplitSymbolicSizes(), NarrowToCoreAIDtypes()]
 
 
 def remove_noop_expands(graph_module: GraphModule) -> int:

@@ -372,3 +372,72 @@ def test_a_large_asset_streams_into_the_pte_from_disk(tmp_path, monkeypatch):
     verify.check(path, model, x).raise_for_mismatch()
     (delegate,) = read_pte(path).delegates
     assert max(len(data) for data in delegate.files.values()) == max(p.stat().st_size for p in waiting)
+
+
+class SizeReadOutside(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        return y.reshape(1, x.shape[1], 2, -1) + 1.0  # the reshape is kept outside below; it reads T
+
+
+class KeepReshapesOutside:
+    def __call__(self, graph_module):
+        for node in graph_module.graph.nodes:
+            if "view" in str(node.target):
+                do_not_delegate(node)
+
+
+@pytest.mark.slow
+def test_a_size_read_inside_and_outside_a_delegate_never_crosses_its_boundary():
+    from executorch.exir import to_edge_transform_and_lower
+
+    from coreai_partitioner import get_default_passes
+
+    tokens = torch.export.Dim("T", min=2, max=8)
+    ep = torch.export.export(SizeReadOutside(), (torch.randn(1, 4, 6),), dynamic_shapes=({1: tokens},))
+    lowered = to_edge_transform_and_lower(
+        ep,
+        partitioner=[CoreAIPartitioner()],
+        compile_config=get_default_compile_config(),
+        transform_passes=[KeepReshapesOutside(), *get_default_passes()],
+    )
+    # was: "output 0: tensor/non-tensor mismatch (.aimodel=si32, ExecuTorch feeds SymInt)"
+    x = torch.randn(1, 5, 6)
+    verify.check(lowered, SizeReadOutside()(x), x).raise_for_mismatch()
+
+
+def test_a_symbolic_scalar_only_a_delegate_can_compute_and_an_outside_op_reads_is_an_error_naming_it():
+    from coreai_partitioner.partitioner import raise_on_symbolic_outputs
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            y = x.nonzero()  # its length is known only once y is computed
+            return y.new_zeros(y.shape[0]) + 1
+
+    program = torch.export.export(Model(), (torch.ones(4),))
+    graph = program.graph
+    inside = {"nonzero", "sym_size_int_1"}
+    for node in graph.nodes:
+        if node.name in inside:
+            node.meta["delegation_tag"] = "tag0"
+    assert any(n.name == "sym_size_int_1" for n in graph.nodes), [n.name for n in graph.nodes]
+    with pytest.raises(RuntimeError, match=r"node sym_size_int_1 \(u0\) is computed inside a Core AI delegate and read outside it by .*new_zeros"):
+        raise_on_symbolic_outputs(graph)
+
+
+def test_every_reader_of_a_size_gets_its_own_sym_size():
+    from coreai_partitioner.passes import SplitSymbolicSizes
+
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            n = x.shape[0]
+            return x.reshape(n, -1), x.new_ones(n)
+
+    dim = torch.export.Dim("N", min=2, max=8)
+    program = torch.export.export(Model(), (torch.ones(4, 3),), dynamic_shapes=({0: dim},)).run_decompositions({})
+    sizes = lambda: [n for n in program.graph.nodes if n.target is torch.ops.aten.sym_size.int]  # noqa: E731
+    assert len(sizes()) == 1 and len(sizes()[0].users) == 2
+    assert SplitSymbolicSizes()(program.graph_module).modified
+    assert len(sizes()) == 2 and all(len(n.users) == 1 for n in sizes())
+    reshaped, ones = program.module()(torch.ones(5, 3))
+    assert reshaped.shape == (5, 3) and ones.shape == (5,)

@@ -230,14 +230,19 @@ def symbolic_graph() -> torch.fx.GraphModule:
 
 
 def test_op_support_claims_symbolic_views_and_refuses_64_bit_ops_and_index_put_along_a_symbolic_dim():
+    from coreai_partitioner.passes import SplitSymbolicSizes
+
     graph_module = symbolic_graph()
+    SplitSymbolicSizes()(graph_module)  # one sym_size per reader, as get_default_passes() does
     support = OperatorSupport(claimable=set(), unpaired={})
     submodules = dict(graph_module.named_modules())
     claimed = {
         n.name: support.is_node_supported(submodules, n) for n in graph_module.graph.nodes if n.op == "call_function"
     }
+    readers = {n.name: next(iter(n.users)).name for n in graph_module.graph.nodes if n.name.startswith("sym_size")}
+    assert claimed.pop(next(s for s, r in readers.items() if r == "aten_view_copy_default"))  # made inside, read inside
+    assert not claimed.pop(next(s for s, r in readers.items() if r == "aten_view_copy_default_1"))  # its reader stays out
     assert claimed == {
-        "sym_size": True,  # the SymInt is made inside the delegate, never crosses its boundary
         "aten_view_copy_default": True,  # float [1, T, 4] -> [1, T, 2, 2]
         "aten_view_copy_default_1": False,  # int64: a Core AI delegate cannot carry it
         "aten_index_put_default": False,  # coreai-torch: index_put only along a symbolic dim 0

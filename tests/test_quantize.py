@@ -216,3 +216,36 @@ def test_quantize_leaves_the_kv_cache_as_it_was():
     assert model.key_cache_0.abs().sum() == 0
     cache = quantized.state_dict.get("key_cache_0", quantized.constants.get("key_cache_0"))
     assert cache.abs().sum() == 0
+
+
+# ---------------------------------------------------------------- mixtures of experts
+
+
+@pytest.mark.slow
+def test_int4_moe_stores_its_experts_compressed_and_generates_the_quantized_eager_tokens(tmp_path):
+    from llm_helpers import tiny
+
+    model = tiny("mixtral")  # every layer a mixture of 8 experts, expert width 24 (int4 blocks of 8 there)
+    shapes = coreai_llm.DecoderShapes(max_context_len=32, prefill_chunk=16)
+    reference: list = []
+    quantized = tmp_path / "int4.pte"
+    quantized.write_bytes(coreai_llm.lower_decoder(model, shapes, quantize="int4", quantized_reference=reference).to_executorch().buffer)
+    plain = tmp_path / "fp32.pte"
+    plain.write_bytes(coreai_llm.lower_decoder(model, shapes).to_executorch().buffer)
+
+    counts, ir = _composites_and_ir(quantized.read_bytes())
+    assert counts["gather_mm"] == 4
+    for shape in ("8x48x64", "8x64x24"):  # gate_up [E, 2I, H] and down [E, H, I], stored as 4-bit integers
+        assert re.search(rf"dense_resource<\w+> : tensor<{shape}xsi4>", ir), shape
+    # fp32 is 4 bytes a weight, int4 half a byte and a scale per block: about 1/8 of the weights, plus the program.
+    assert quantized.stat().st_size < 0.3 * plain.stat().st_size, (quantized.stat().st_size, plain.stat().st_size)
+
+    eager = coreai_llm.reset_state(reference[0])
+    prompt = list(range(3, 15))
+    tokens = list(prompt)
+    with torch.no_grad():
+        logits = eager(torch.tensor([tokens]), torch.arange(len(tokens)))
+        for _ in range(8):
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
+    assert coreai_llm.greedy_decode(quantized, prompt, 8, shapes, eos_ids=()) == tokens

@@ -20,6 +20,7 @@ prompt longer than the window is still one call.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -493,6 +494,30 @@ class GatedMLP(nn.Module):
 ROUTINGS = ("softmax_topk", "softmax_topk_renorm", "topk_softmax")
 
 
+def quantize_weight(weight: torch.Tensor, scheme: str, *, input_axis: int, block_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(int8 data, scale)`` of ``weight`` quantized symmetrically: per output channel (int8) or per
+    ``block_size`` along ``input_axis`` (int4, values in [-8, 7]); ``scale`` has ``weight``'s rank.
+
+    An input width ``block_size`` does not divide is quantized in blocks of
+    their greatest common divisor.
+    """
+    if scheme not in ("int8", "int4"):
+        raise ValueError(f"no quantization scheme named {scheme!r}; choose int8 or int4")
+    levels = 127 if scheme == "int8" else 7
+    w = weight.float()
+    if scheme == "int8":
+        amax = w.abs().amax(dim=input_axis, keepdim=True)
+    else:
+        size = w.shape[input_axis]
+        block_size = math.gcd(size, block_size)
+        blocks = w.unflatten(input_axis, (size // block_size, block_size))
+        amax = blocks.abs().amax(dim=input_axis + 1)
+    scale = (amax / levels).clamp(min=torch.finfo(torch.float32).tiny)
+    expanded = scale if scheme == "int8" else scale.repeat_interleave(block_size, dim=input_axis)
+    data = torch.clamp(torch.round(w / expanded), -levels - 1, levels).to(torch.int8)
+    return data, scale
+
+
 class MoE(nn.Module):
     """Routed experts through the ``gather_mm`` composite: every token's top-k experts, no loop, no data-dependent shape.
 
@@ -540,6 +565,34 @@ class MoE(nn.Module):
         self.shared, self.shared_gate = shared, shared_gate
         self.gather_up = GatherMM(num_batch_axes=1)
         self.gather_down = GatherMM(num_batch_axes=1)
+        self.quantized: str | None = None
+
+    def quantize_experts(self, scheme: str, block_size: int = 32) -> None:
+        """Store the experts weight-only quantized, as coreai-opt stores a Linear's (``scheme`` int8 or int4).
+
+        int8: one scale per output channel; int4: one per ``block_size``
+        input channels; symmetric.  Each expert tensor becomes an integer
+        buffer and its scales, expanded by ``coreai::constexpr_blockwise_shift_scale``
+        (what the Core AI asset keeps compressed); the model's own float
+        parameters are left as they were, and no longer read.
+        """
+        for name, inputs in (("gate_up", 1 if self.transposed else 2), ("down", 1 if self.transposed else 2)):
+            weight = getattr(self, name).detach()
+            data, scale = quantize_weight(weight, scheme, input_axis=inputs, block_size=block_size)
+            self.register_buffer(f"{name}_quantized", data)
+            self.register_buffer(f"{name}_scale", scale.to(weight.dtype))
+            setattr(self, name, None)
+        self.quantized = scheme
+
+    def _experts(self, name: str) -> torch.Tensor:
+        if self.quantized is None:
+            return getattr(self, name)
+        from coreai_torch._compression import custom_layers  # noqa: F401 - registers the coreai ops
+
+        bits = torch.int4 if self.quantized == "int4" else torch.int8
+        return torch.ops.coreai.constexpr_blockwise_shift_scale(
+            getattr(self, f"{name}_quantized"), getattr(self, f"{name}_scale"), None, None, bits
+        )
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` [N, H] -> the weights [N, k] and int32 indices [N, k] of each token's experts."""
@@ -573,8 +626,9 @@ class MoE(nn.Module):
         weights, index = self.route(flat)
         tokens = flat.view(-1, 1, 1, shape[-1])  # [N, 1, 1, H]
         # Expert weights as [1, E, in, out]: gather_mm gathers the k experts of each token from axis 1.
-        gate_up = self.gate_up if self.transposed else self.gate_up.transpose(-1, -2)
-        down = self.down if self.transposed else self.down.transpose(-1, -2)
+        gate_up, down = self._experts("gate_up"), self._experts("down")
+        if not self.transposed:
+            gate_up, down = gate_up.transpose(-1, -2), down.transpose(-1, -2)
         hidden = self.gather_up(tokens, gate_up.unsqueeze(0), rhs_indices=index)  # [1, N, k, 1, 2I]
         if self.gate_up_bias is not None:
             hidden = hidden + self._expert_bias(self.gate_up_bias, index)

@@ -116,7 +116,8 @@ def export_decoder(
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
     enumerated ``T = 1`` needs it).  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
-    composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), stored compressed.
+    composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE
+    layers the same way (:meth:`~.blocks.MoE.quantize_experts`), stored compressed; routers stay float.
 
     With ``decompositions`` (and no ``quantize``, which needs ``torch.export``'s
     own IR) the decoder is traced straight to functional ATen IR with that
@@ -140,11 +141,19 @@ def export_decoder(
                 return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
             return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
 
+    routers = []
+    if quantize:  # coreai-opt quantizes Linear layers; the experts feed gather_mm, so they are quantized here
+        from .blocks import MoE
+
+        for path, module in decoder.named_modules():
+            if isinstance(module, MoE):
+                module.quantize_experts(quantize)
+                routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
     program, records = externalize_modules(decoder, default_specs(), export_fn=export_fn)
     if quantize:
         from ..quantize import quantize as quantize_program
 
-        program = quantize_program(program, quantize, records=records, dynamic_shapes=dynamic_shapes)
+        program = quantize_program(program, quantize, records=records, dynamic_shapes=dynamic_shapes, keep_float=routers)
     for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
         remove_noop_expands(graph_module)
     return program, records

@@ -128,3 +128,32 @@ def test_the_dry_run_plan_counts_the_composites_the_asset_invokes(model_type):
     # The asset's own count is test_pte_keeps_its_composites_and_matches_hf_eager_until_eos's.
     counts = llm.plan(llm.tiny_config(model_type), SHAPES).composites
     assert {name: counts.get(name, 0) for name in ROWS[model_type]} == ROWS[model_type]
+
+
+def wider(model_type: str, **sizes) -> torch.nn.Module:
+    """The family's tiny config made wider, so the weights (not the program) are most of the .pte."""
+    import transformers
+
+    config = llm.tiny_config(model_type)
+    for name, value in sizes.items():
+        setattr(config, name, value)
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model_type, sizes",
+    [
+        ("mixtral", dict(hidden_size=256, intermediate_size=128, vocab_size=512)),  # 2 layers of 8 experts
+        ("qwen3_5_text", dict(hidden_size=256, intermediate_size=512, vocab_size=512)),  # delta rule and attention
+    ],
+    ids=["moe", "hybrid"],
+)
+def test_every_weight_is_stored_once(model_type, sizes, tmp_path):
+    model = wider(model_type, **sizes)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    assert weights >= 1_000_000
+    path = tmp_path / "model.pte"
+    path.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
+    assert read_pte(path).size <= 1.05 * weights, (read_pte(path).size, weights)

@@ -5,11 +5,15 @@
     python benchmarks/llm.py --load benchmarks/results/llm.json        # the table and plot again
     python benchmarks/llm.py --load WORK_DIR --results DIR             # results of the rows finished so far
 
-Rows: the tiny Llama, Qwen2, Qwen3 and Mistral configs (``llm.tiny_config``,
-fp32), the Qwen3-0.6B shape at 4, 14 and 28 layers and a Llama-3.2-1B shape
-(fp16, random weights saved once under ``--cache-dir`` with
-``save_pretrained`` and loaded back with ``from_pretrained``; nothing is
-downloaded).  Every row is two processes, one after the other: the plugin
+Rows: tiny Llama, Qwen3, Mistral, Gemma 3, Qwen3-MoE and Qwen3.5 configs
+(``llm.tiny_config``, fp32), the Qwen3-0.6B shape at 4, 14 and 28 layers, a
+Llama-3.2-1B shape, Qwen3-30B-A3B's layer shape (128 experts of width 768, 8
+active, d 2048) at 4 layers and Qwen3.5's (``Qwen3_5TextConfig``'s defaults:
+d 4096, gated delta rule with 32 value heads) at 8 (fp16, random weights
+saved once under ``--cache-dir`` with ``save_pretrained`` and loaded back
+with ``from_pretrained``; nothing is downloaded).  ``*-fp32`` rows are there
+for runtime figures; ``qwen3-0.6b-28l-fp32-all-logits`` exports every
+position's logits, beside the default last position's.  Every row is two processes, one after the other: the plugin
 path (``llm.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
 ``examples/export_llm.py`` does) and coreai-torch's one-shot conversion of
 the same model.  Time and exact peak RSS per phase come from
@@ -44,31 +48,45 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import memory_profile  # noqa: E402
-from memory_profile import GB, QWEN3_06B  # noqa: E402
+from memory_profile import GB, QWEN3_06B, QWEN3_30B_A3B  # noqa: E402
 
 PROMPT = 64
 DECODE = 32
 MAX_CONTEXT_LEN = 128
 
-#: name -> (how to build it, dtype, layers): "tiny:<kind>" or a checkpoint recipe.
+#: name -> (how to build it, dtype, layers, export options): "tiny:<model_type>" or a checkpoint recipe.
 ROWS = {
-    "llama": ("tiny:llama", "fp32", 2),
-    "qwen2": ("tiny:qwen2", "fp32", 2),
-    "qwen3": ("tiny:qwen3", "fp32", 2),
-    "mistral": ("tiny:mistral", "fp32", 2),
-    "qwen3-0.6b-4l": ("qwen3-0.6b", "fp16", 4),
-    "qwen3-0.6b-14l": ("qwen3-0.6b", "fp16", 14),
-    "qwen3-0.6b-28l": ("qwen3-0.6b", "fp16", 28),
-    "llama-3.2-1b": ("llama-3.2-1b", "fp16", 16),
-    "qwen3-0.6b-28l-fp32": ("qwen3-0.6b", "fp32", 28),
+    "llama": ("tiny:llama", "fp32", 2, {}),
+    "qwen3": ("tiny:qwen3", "fp32", 2, {}),
+    "mistral": ("tiny:mistral", "fp32", 2, {}),
+    "gemma3": ("tiny:gemma3_text", "fp32", 4, {}),
+    "qwen3-moe": ("tiny:qwen3_moe", "fp32", 3, {}),
+    "qwen3.5": ("tiny:qwen3_5_text", "fp32", 4, {}),
+    "qwen3-0.6b-4l": ("qwen3-0.6b", "fp16", 4, {}),
+    "qwen3-0.6b-14l": ("qwen3-0.6b", "fp16", 14, {}),
+    "qwen3-0.6b-28l": ("qwen3-0.6b", "fp16", 28, {}),
+    "llama-3.2-1b": ("llama-3.2-1b", "fp16", 16, {}),
+    "qwen3-0.6b-28l-fp32": ("qwen3-0.6b", "fp32", 28, {}),
+    "qwen3-0.6b-28l-fp32-all-logits": ("qwen3-0.6b", "fp32", 28, {"full_logits": True}),
+    "qwen3-30b-a3b-4l": ("qwen3-30b-a3b", "fp16", 4, {}),
+    "qwen3-30b-a3b-2l-fp32": ("qwen3-30b-a3b", "fp32", 2, {}),
+    "qwen3.5-8l": ("qwen3.5", "fp16", 8, {}),
+    "qwen3.5-4l-fp32": ("qwen3.5", "fp32", 4, {}),
 }
 PATHS = ("plugin", "oneshot")
 #: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
 #: runtime runs fp16 in software: a 64-token call of the 4-layer fp16 row took 546 s, 377 s of it the
 #: lm_head (0.05 GFLOP/s against 5 GFLOP/s in fp32), so that width is timed in fp32.
-TIMED_ROWS = ("llama", "qwen2", "qwen3", "mistral", "qwen3-0.6b-28l-fp32")
-#: Rows only there for runtime figures: the one-shot comparison is the fp16 row's.
-RUNTIME_ONLY_ROWS = ("qwen3-0.6b-28l-fp32",)
+TIMED_ROWS = (
+    "llama", "qwen3", "mistral", "gemma3", "qwen3-moe", "qwen3.5",
+    "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-2l-fp32", "qwen3.5-4l-fp32",
+)
+#: Rows only there for runtime figures: the one-shot comparison is the fp16 row's (and the MoE rows have
+#: none: coreai-torch's one shot holds about 2.3x the weights, 14 GB at 4 layers of 128 experts).
+RUNTIME_ONLY_ROWS = (
+    "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-2l-fp32",
+    "qwen3.5-8l", "qwen3.5-4l-fp32",
+)
 #: Above this many weight bytes a row repeats its timed calls less (seconds per call at d 1024).
 LARGE = 100e6
 
@@ -78,6 +96,10 @@ def checkpoint_config(recipe: str, layers: int) -> Any:
 
     if recipe == "qwen3-0.6b":
         return transformers.Qwen3Config(num_hidden_layers=layers, **QWEN3_06B)
+    if recipe == "qwen3-30b-a3b":
+        return transformers.Qwen3MoeConfig(num_hidden_layers=layers, **QWEN3_30B_A3B)
+    if recipe == "qwen3.5":  # Qwen3_5TextConfig's defaults (hidden 4096, 32 heads of 128 for the delta rule)
+        return transformers.Qwen3_5TextConfig(num_hidden_layers=layers)
     if recipe == "llama-3.2-1b":
         return transformers.LlamaConfig(
             vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
@@ -90,7 +112,7 @@ def model_loader(name: str, cache_dir: Path):
     """A ``load()`` for :func:`memory_profile.measure_export`; a checkpoint is saved first if missing."""
     import torch
 
-    recipe, dtype_name, layers = ROWS[name]
+    recipe, dtype_name, layers, _ = ROWS[name]
     dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
     if recipe.startswith("tiny:"):
         def load():
@@ -99,7 +121,7 @@ def model_loader(name: str, cache_dir: Path):
             from coreai_partitioner import llm
 
             torch.manual_seed(0)
-            return AutoModelForCausalLM.from_config(llm.tiny_config(recipe[5:])).to(dtype).eval()
+            return AutoModelForCausalLM.from_config(llm.tiny_config(recipe[5:]), attn_implementation="eager").to(dtype).eval()
 
         return load
     path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),
@@ -108,7 +130,9 @@ def model_loader(name: str, cache_dir: Path):
     def load():
         from transformers import AutoModelForCausalLM
 
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True).eval()
+        return AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, local_files_only=True, attn_implementation="eager"
+        ).eval()
 
     return load
 
@@ -121,7 +145,7 @@ def _tree(span: memory_profile.Span) -> dict:
             "rss_after": span.rss_after, "peak": span.peak, "children": [_tree(c) for c in span.children.values()]}
 
 
-def time_runtime(pte: Path, model: Any, large: bool) -> dict:
+def time_runtime(pte: Path, model: Any, large: bool, full_logits: bool = False) -> dict:
     """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs eager.
 
     Warm medians of 5 one-call prefills and 2 token-by-token ones and 32 decode steps; a ``large``
@@ -172,6 +196,8 @@ def time_runtime(pte: Path, model: Any, large: bool) -> dict:
     got = one_call()
     with torch.no_grad():
         expected = model(prompt).logits
+    if not full_logits:
+        expected = expected[:, -1:]  # what forward returns by default
     atol, rtol = verify.default_tolerances(expected.dtype)
     error = (got.float() - expected.float()).abs()
     return {
@@ -193,7 +219,8 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     profile = memory_profile.Profile()
     out = out_dir / f"{name}.pte"
     model, measurement = memory_profile.measure_export(
-        load, out, max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PROMPT, oneshot=path == "oneshot", profile=profile
+        load, out, max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PROMPT, oneshot=path == "oneshot", profile=profile,
+        **ROWS[name][3],
     )
     print(measurement.report(name, path == "oneshot"), flush=True)
     result = {
@@ -205,7 +232,7 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     }
     if path == "plugin" and runtime:
         result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
-        result.update(time_runtime(out, model, measurement.weights > LARGE))
+        result.update(time_runtime(out, model, measurement.weights > LARGE, **ROWS[name][3]))
     out.unlink(missing_ok=True)
     shutil.rmtree(out.with_suffix(".aimodel"), ignore_errors=True)  # the one shot's asset
     result["process_s"] = time.perf_counter() - started
@@ -351,6 +378,16 @@ def targets(plugin: dict, oneshot: dict) -> list[str]:
     if one_b:
         check("failed" not in one_b, "Llama-3.2-1B shape exports on this 24 GB machine"
               + (f" (peak {one_b['peak'] / GB:.1f} GB, {one_b['extra_over_weights']:.2f}x extra)" if "peak" in one_b else ""))
+    last, every = good("qwen3-0.6b-28l-fp32", plugin), good("qwen3-0.6b-28l-fp32-all-logits", plugin)
+    if last and every and "ttft_one_call_s" in last and "ttft_one_call_s" in every:
+        check(last["ttft_one_call_s"] < every["ttft_one_call_s"],
+              f"0.6B fp32: one-call {PROMPT}-token prefill {last['ttft_one_call_s']:.2f} s returning the last "
+              f"position's logits vs {every['ttft_one_call_s']:.2f} s returning every position's")
+    for name in ("qwen3-30b-a3b-4l", "qwen3.5-8l"):
+        r = good(name, plugin)
+        if r:
+            check(r["extra_over_weights"] <= 0.5, f"{name}: peak RSS over the loaded model {r['extra_over_weights']:.2f}x "
+                  f"the weights <= 0.5 ({r['weights'] / GB:.1f} GB of weights)")
     for name in ROWS:
         r = good(name, plugin)
         if r:

@@ -42,6 +42,12 @@ QWEN3_06B = dict(
     vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_attention_heads=16,
     num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
 )
+#: Qwen3-30B-A3B's layer shape (Qwen3-Coder-30B-A3B too): 128 experts of width 768, 8 active per token.
+QWEN3_30B_A3B = dict(
+    vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768, num_attention_heads=32,
+    num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
+    tie_word_embeddings=False, max_position_embeddings=40960,
+)
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
@@ -248,6 +254,7 @@ def measure_export(
     max_context_len: int,
     prefill_chunk: int,
     oneshot: bool = False,
+    full_logits: bool = False,
     profile: Profile | None = None,
 ) -> tuple[Any, Measurement]:
     """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
@@ -256,7 +263,8 @@ def measure_export(
     and ``write_to_file`` (what ``examples/export_llm.py`` does), dynamic ``T``
     up to ``prefill_chunk`` over a cache of ``max_context_len``; ``oneshot``
     is coreai-torch's ``TorchConverter`` with the same composites, ``to_coreai``
-    and ``save_asset`` (``out`` with the ``.aimodel`` suffix).
+    and ``save_asset`` (``out`` with the ``.aimodel`` suffix).  ``full_logits``
+    exports every position's logits instead of the last one's.
     """
     profile = profile or Profile()
     with profile.phase("import"):
@@ -280,7 +288,7 @@ def measure_export(
         out = _oneshot(model, shapes, out.with_suffix(".aimodel"), profile)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     else:
-        lowered = llm.lower_decoder(model, shapes)
+        lowered = llm.lower_decoder(model, shapes, full_logits=full_logits)
         with profile.phase("to_executorch"):
             executorch_program = lowered.to_executorch()
         with profile.phase("write_to_file"):

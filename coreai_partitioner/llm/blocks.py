@@ -359,10 +359,13 @@ class Attention(nn.Module):
         self.position_scale = position_scale
         self.store = store
         self.shared = shared
+        #: Why this attention is plain ops instead of the SDPA composite (None: it is the composite).
+        self.plain_reason = None
         if softcap is None:
             self.sdpa = SDPA(scale=self.scale, is_causal=True, window_size=self.window or 0)
         else:
-            plain(f"{path} attention", f"its logits are soft-capped at {softcap}; the SDPA composite has no soft-capping")
+            self.plain_reason = f"its logits are soft-capped at {softcap}; the SDPA composite has no soft-capping"
+            plain(f"{path} attention", self.plain_reason)
         if shared is None:
             cache_shape = (1, shape.kv_heads, self.window or context, shape.head_dim)
             self.register_buffer("key_cache", torch.zeros(cache_shape, dtype=dtype), persistent=False)
@@ -529,8 +532,8 @@ class MoE(nn.Module):
     ``gate_up`` ``[E, 2I, H]`` (gate rows first, then up) and ``down``
     ``[E, H, I]``, or with ``transposed`` GPT-OSS's ``[E, H, 2I]`` (gate and
     up interleaved, with biases) and ``[E, I, H]``.  Each token's k experts
-    are two ``gather_mm`` calls (gate-up, then down) over its gathered expert
-    weights; their outputs, weighted, are summed.  ``shared`` is a dense MLP
+    are two ``gather_mm`` calls (gate-up, then down) over the expert tensors
+    as stored; their outputs, weighted, are summed.  ``shared`` is a dense MLP
     every token also takes, scaled by ``sigmoid(shared_gate(x))`` when there
     is a gate (Qwen3.5-MoE, Qwen3-Next).
     """
@@ -563,8 +566,8 @@ class MoE(nn.Module):
         self.act = activation(act)
         self.limit, self.alpha = limit, alpha
         self.shared, self.shared_gate = shared, shared_gate
-        self.gather_up = GatherMM(num_batch_axes=1)
-        self.gather_down = GatherMM(num_batch_axes=1)
+        self.gather_up = GatherMM(num_batch_axes=0)
+        self.gather_down = GatherMM(num_batch_axes=0)
         self.quantized: str | None = None
 
     def quantize_experts(self, scheme: str, block_size: int = 32) -> None:
@@ -607,35 +610,41 @@ class MoE(nn.Module):
             weights = top.to(logits.dtype)
         return weights, index.to(torch.int32)
 
-    def _glu(self, gate_up: torch.Tensor) -> torch.Tensor:
+    def _glu(self, gate_up: torch.Tensor, dim: int) -> torch.Tensor:
         if self.limit is None:
-            gate, up = gate_up.chunk(2, dim=-1)
+            gate, up = gate_up.chunk(2, dim=dim)
             return self.act(gate) * up
-        gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # GPT-OSS: interleaved, clamped
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # GPT-OSS: interleaved along the last dim, clamped
         gate = gate.clamp(max=self.limit)
         up = up.clamp(min=-self.limit, max=self.limit)
         return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
-
-    def _expert_bias(self, bias: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """``bias`` [E, D] of each token's experts, ``[1, N, k, 1, D]``."""
-        return bias.index_select(0, index.flatten()).view(1, *index.shape, 1, bias.shape[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         weights, index = self.route(flat)
-        tokens = flat.view(-1, 1, 1, shape[-1])  # [N, 1, 1, H]
-        # Expert weights as [1, E, in, out]: gather_mm gathers the k experts of each token from axis 1.
         gate_up, down = self._experts("gate_up"), self._experts("down")
-        if not self.transposed:
-            gate_up, down = gate_up.transpose(-1, -2), down.transpose(-1, -2)
-        hidden = self.gather_up(tokens, gate_up.unsqueeze(0), rhs_indices=index)  # [1, N, k, 1, 2I]
-        if self.gate_up_bias is not None:
-            hidden = hidden + self._expert_bias(self.gate_up_bias, index)
-        out = self.gather_down(self._glu(hidden), down.unsqueeze(0), rhs_indices=index)  # [1, N, k, 1, H]
-        if self.down_bias is not None:
-            out = out + self._expert_bias(self.down_bias, index)
-        out = (out.view(*index.shape, shape[-1]) * weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
+        # gather_mm takes each token's experts from axis 0 of the expert tensors as they are stored: no
+        # transposed or reshaped copy of them.  HF's [E, out, in] multiplies a token as a column (the experts
+        # gathered as the left operand); GPT-OSS's [E, in, out] a token as a row (as the right one).
+        # One row per (token, expert it takes), [N * k, ...], experts gathered by the flat index: Core AI's
+        # batch_matmul does not broadcast a token over its k experts, nor take the gathered [N, k, ...] view
+        # (coreai-core 1.0.0b3: "Cannot broadcast shapes [N * k] and [N, k]").  Each token is repeated k
+        # times by a broadcasting product, not an expand (see write_plan).
+        pairs = index.reshape(-1)
+        copies = torch.ones(1, self.top_k, 1, dtype=flat.dtype, device=flat.device)
+        tokens = (flat.unsqueeze(1) * copies).reshape(-1, shape[-1])  # [N * k, H]
+        if self.transposed:
+            hidden = self.gather_up(tokens.unsqueeze(1), gate_up, rhs_indices=pairs)  # [N * k, 1, 2I]
+            if self.gate_up_bias is not None:
+                hidden = hidden + self.gate_up_bias.index_select(0, pairs).unsqueeze(1)
+            out = self.gather_down(self._glu(hidden, -1), down, rhs_indices=pairs)  # [N * k, 1, H]
+            if self.down_bias is not None:
+                out = out + self.down_bias.index_select(0, pairs).unsqueeze(1)
+        else:
+            hidden = self.gather_up(gate_up, tokens.unsqueeze(-1), lhs_indices=pairs)  # [N * k, 2I, 1]
+            out = self.gather_down(down, self._glu(hidden, -2), lhs_indices=pairs)  # [N * k, H, 1]
+        out = (out.reshape(*index.shape, shape[-1]) * weights.unsqueeze(-1).to(out.dtype)).sum(dim=1)
         if self.shared is not None:
             shared = self.shared(flat)
             if self.shared_gate is not None:

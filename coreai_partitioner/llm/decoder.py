@@ -68,7 +68,9 @@ class Decoder(nn.Module):
         self.prepare = prepare
         self.full_logits = full_logits
         #: ``(module path, reason)`` of what stays plain ops instead of a composite.
-        self.plain = list(plain)
+        self.plain = list(plain) + [
+            (getattr(m, "path", name), m.plain_reason) for name, m in self.named_modules() if getattr(m, "plain_reason", None)
+        ]
         for size in sorted({m.window for m in self.modules() if isinstance(m, Attention) and m.window is not None}):
             self.register_buffer(f"window_positions_{size}", torch.zeros(size), persistent=False)
 

@@ -1,4 +1,4 @@
-"""``python -m coreai_partitioner verify|inspect MODEL.pte``."""
+"""``python -m coreai_partitioner verify|inspect MODEL.pte``, and ``export-optimum`` (optimum-executorch with the coreai recipes)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,34 @@ def main(argv: list[str] | None = None) -> int:
     inspect_parser.add_argument("pte", type=Path)
     inspect_parser.add_argument("--sidecar-dir", type=Path)
 
+    optimum_parser = commands.add_parser(
+        "export-optimum",
+        help="optimum-cli export executorch with this project's recipes (coreai, coreai_fp16, coreai_int8, coreai_int4)",
+    )
+    optimum_parser.add_argument("--model", required=True, help="a local checkpoint directory or a model id")
+    optimum_parser.add_argument("--output-dir", type=Path, required=True)
+    optimum_parser.add_argument("--recipe", default="coreai")
+    optimum_parser.add_argument("--max-seq-len", type=int, default=2048, help="the cache length")
+    optimum_parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+
     args = parser.parse_args(argv)
     if args.command == "verify":
         return _verify(args)
+    if args.command == "export-optimum":
+        return _export_optimum(args)
     return _inspect(args)
+
+
+def _export_optimum(args: argparse.Namespace) -> int:
+    from .optimum import RECIPES, main_export
+
+    if args.recipe not in RECIPES:
+        print(f"no recipe named {args.recipe!r}; choose one of {', '.join(RECIPES)}", file=sys.stderr)
+        return EXIT_UNSUPPORTED
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    main_export(str(args.model), str(args.output_dir), recipe=args.recipe, max_seq_len=args.max_seq_len, dtype=args.dtype)
+    print(f"wrote {args.output_dir / 'model.pte'}")
+    return 0
 
 
 def _load_tensors(path: Path) -> tuple[torch.Tensor, ...]:

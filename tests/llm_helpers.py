@@ -68,3 +68,16 @@ def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, 
             assert margin < TIES[model.dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
             return
     assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
+
+
+def adapted_and_eager(model_type: str, shapes, prompt: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every position's logits of the family's adapted decoder (a prefill of ``prompt`` tokens, then ``steps``
+    single-token calls) and of Hugging Face eager over the same tokens."""
+    model = tiny(model_type)
+    tokens = prompt_tokens(prompt + steps)
+    decoder = llm.adapt(model, shapes, full_logits=True)
+    with torch.no_grad():
+        expected = model(tokens).logits
+        got = [decoder(tokens[:, :prompt], torch.arange(prompt))]
+        got += [decoder(tokens[:, t : t + 1], torch.tensor([t])) for t in range(prompt, prompt + steps)]
+    return torch.cat(got, 1), expected

@@ -22,7 +22,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from llm_helpers import assert_hf_greedy, hf_greedy, prompt_tokens, tiny  # noqa: E402
+from llm_helpers import adapted_and_eager, assert_hf_greedy, hf_greedy, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
 from coreai_partitioner.assets import asset_ir, summarize_ir  # noqa: E402
@@ -80,14 +80,8 @@ def test_every_family_has_a_row():
 
 @pytest.mark.parametrize("model_type", sorted(ROWS))
 def test_adapted_decoder_prefill_and_decode_equal_hf_eager(model_type):
-    model = tiny(model_type)
-    tokens = prompt_tokens(PROMPT + 4)
-    decoder = llm.adapt(model, SHAPES, full_logits=True)
-    with torch.no_grad():
-        expected = model(tokens).logits
-        got = [decoder(tokens[:, :PROMPT], torch.arange(PROMPT))]
-        got += [decoder(tokens[:, t : t + 1], torch.tensor([t])) for t in range(PROMPT, PROMPT + 4)]
-    torch.testing.assert_close(torch.cat(got, 1), expected, rtol=1e-4, atol=1e-5)
+    got, expected = adapted_and_eager(model_type, SHAPES, PROMPT)
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
 def asset_composites(path) -> Counter:

@@ -135,13 +135,16 @@ class Build:
             kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         return AttentionShape(config.num_attention_heads, kv_heads, head_dim)
 
-    def attention(self, path: str, attn: nn.Module, layer: int, **options: Any) -> Attention:
-        """Llama-style attention over ``attn``'s own projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``).
+    def attention(self, layer: int, attn: nn.Module | None = None, **options: Any) -> Attention:
+        """Llama-style attention over layer ``layer``'s own projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``).
 
-        ``options`` are :class:`~.blocks.Attention`'s (a family passes its norms,
-        window, RoPE table, ...); the window defaults to :meth:`window`, the
-        scale to ``attn.scaling``, a partial rotation to the table's width.
+        ``attn`` is the HF attention module (``self_attn`` of the layer by
+        default); ``options`` are :class:`~.blocks.Attention`'s (a family passes
+        its norms, window, RoPE table, ...).  The window defaults to
+        :meth:`window`, the scale to ``attn.scaling``, a partial rotation to
+        the table's width.
         """
+        attn = attn if attn is not None else self.base.layers[layer].self_attn
         shape = options.pop("shape", None) or self.attention_shape(attn)
         projections = (
             {"qkv": attn.qkv_proj}
@@ -155,6 +158,7 @@ class Build:
             dims = self.rope(name).dim
             options["rope_dims"] = dims if dims < shape.head_dim else None
         o = attn.o_proj if hasattr(attn, "o_proj") else attn.out_proj  # LFM2 names it out_proj
+        path = f"model.layers.{layer}.self_attn"
         return Attention(path, shape, o=o, context=self.context, dtype=self.dtype, **projections, **options)
 
     def mlp(self, mlp: nn.Module, act: str | None = None) -> GatedMLP:
@@ -186,6 +190,22 @@ class Build:
     def block(self, mixer: nn.Module, mlp: nn.Module, **norms: Any) -> blocks.Block:
         """One layer (:class:`~.blocks.Block`): the mixer, the MLP, the norms around them."""
         return blocks.Block(mixer, mlp, **norms)
+
+    def pre_norm_block(
+        self, layer: nn.Module, mixer: nn.Module, mlp: nn.Module | None = None, *, residual_scale: float = 1.0, **norm: bool
+    ) -> blocks.Block:
+        """Llama's layer: ``input_layernorm`` before the mixer, ``post_attention_layernorm`` before the MLP.
+
+        ``mlp`` defaults to the gated MLP over ``layer.mlp``; ``norm`` are
+        :class:`~.blocks.Norm`'s options for both norms (``plus_one``, ``fp32_scale``).
+        """
+        return blocks.Block(
+            mixer,
+            mlp if mlp is not None else self.mlp(layer.mlp),
+            pre_attn=self.norm(layer.input_layernorm, **norm),
+            pre_mlp=self.norm(layer.post_attention_layernorm, **norm),
+            residual_scale=residual_scale,
+        )
 
     # ------------------------------------------------------------ the decoder
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -94,6 +95,23 @@ def greedy_decode(
             break
         (logits,) = verify.run(program, torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
     return tokens
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one text generation produced: the text, the token counts and the seconds of its two phases."""
+
+    text: str
+    prompt_tokens: int
+    generated_tokens: int
+    prompt_seconds: float
+    decode_seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Decode speed: the tokens after the first (which the prompt's call yields) over the decode time."""
+        steps = max(self.generated_tokens - 1, 0)
+        return steps / self.decode_seconds if self.decode_seconds > 0 else 0.0
 
 
 class TextPieces:

@@ -15,30 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..console import NativeStreams
-from .generate import TextPieces
+from .generate import Generation, TextPieces
 
 #: The runner ends its output with this line of timings.
 _STATS_LINE = b"PyTorchObserver "
-
-
-@dataclass(frozen=True)
-class Generation:
-    """What one ``generate`` call produced."""
-
-    text: str
-    prompt_tokens: int
-    generated_tokens: int
-    prompt_ms: float
-    decode_ms: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        steps = max(self.generated_tokens - 1, 0)
-        return 1000.0 * steps / self.decode_ms if self.decode_ms > 0 else 0.0
 
 
 class _Output:
@@ -120,6 +103,6 @@ def generate(
         text="".join(text),
         prompt_tokens=s.num_prompt_tokens,
         generated_tokens=s.num_generated_tokens + 1,
-        prompt_ms=float(s.prompt_eval_end_ms - s.inference_start_ms),
-        decode_ms=float(s.inference_end_ms - s.prompt_eval_end_ms),
+        prompt_seconds=(s.prompt_eval_end_ms - s.inference_start_ms) / 1000,
+        decode_seconds=(s.inference_end_ms - s.prompt_eval_end_ms) / 1000,
     )

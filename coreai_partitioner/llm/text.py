@@ -20,14 +20,13 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..console import NativeStreams
 from .export import DecoderShapes
-from .generate import TextPieces, eos_ids_of, prefill_calls
+from .generate import Generation, TextPieces, eos_ids_of, prefill_calls
 from .tokenizer import check
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -100,22 +99,6 @@ class TokenText:
             self._pieces.close()
 
 
-@dataclass(frozen=True)
-class TextGeneration:
-    """What :func:`generate_text` produced."""
-
-    text: str
-    prompt_tokens: int
-    generated_tokens: int
-    prompt_seconds: float
-    decode_seconds: float
-
-    @property
-    def tokens_per_second(self) -> float:
-        steps = max(self.generated_tokens - 1, 0)
-        return steps / self.decode_seconds if self.decode_seconds > 0 else 0.0
-
-
 def generate_text(
     pte: str | os.PathLike,
     tokenizer: str | os.PathLike,
@@ -126,7 +109,7 @@ def generate_text(
     temperature: float = 0.0,
     on_text: Callable[[str], None] | None = None,
     seed: int = 0,
-) -> TextGeneration:
+) -> Generation:
     """Generate up to ``max_new_tokens`` tokens after ``prompt`` from a :func:`~.export.lower_decoder` ``.pte``.
 
     ``temperature`` 0 is greedy; above it, tokens are drawn from the
@@ -173,7 +156,7 @@ def generate_text(
                 break
             (logits,) = verify.run(pte, torch.tensor([[token]]), torch.tensor([len(ids) + len(generated) - 1]))
         text.close()
-    return TextGeneration("".join(chunks), len(ids), len(generated), prompt_seconds, time.perf_counter() - started)
+    return Generation("".join(chunks), len(ids), len(generated), prompt_seconds, time.perf_counter() - started)
 
 
 def runner_shapes(pte: Any) -> DecoderShapes:

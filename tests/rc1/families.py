@@ -19,7 +19,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from llm_helpers import prompt_tokens, tiny  # noqa: E402
+from llm_helpers import adapted_and_eager, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
 
@@ -33,23 +33,20 @@ def check(model_type: str) -> dict:
         model = tiny(model_type)
     except AttributeError as error:  # the family's config class is newer than this transformers
         return {"absent": str(error)}
-    tokens = prompt_tokens(PROMPT + 4)
-    decoder = llm.adapt(model, SHAPES, full_logits=True)
-    with torch.no_grad():
-        expected = model(tokens).logits
-        got = [decoder(tokens[:, :PROMPT], torch.arange(PROMPT))]
-        got += [decoder(tokens[:, t : t + 1], torch.tensor([t])) for t in range(PROMPT, PROMPT + 4)]
-    result = {"eager_error": float((torch.cat(got, 1) - expected).abs().max()), "scale": float(expected.abs().max())}
-    llm.reset_state(decoder)
-    program, records = llm.export_decoder(model, SHAPES, decoder=decoder)
+    got, expected = adapted_and_eager(model_type, SHAPES, PROMPT)
+    result = {"eager_error": float((got - expected).abs().max()), "scale": float(expected.abs().max())}
+    program, records = llm.export_decoder(model, SHAPES)
+    tokens = prompt_tokens(PROMPT)
     result["exported_call_sites"] = len(records)
     if model_type in PTE:
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "model.pte"
             path.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
-            (logits,) = verify.run(path, tokens[:, :PROMPT], torch.arange(PROMPT))
+            (logits,) = verify.run(path, tokens, torch.arange(PROMPT))
             verify.reset_state(path)
-        result["pte_error"] = float((logits - expected[:, PROMPT - 1 : PROMPT]).abs().max())
+        with torch.no_grad():
+            last = model(tokens).logits[:, -1:]
+        result["pte_error"] = float((logits - last).abs().max())
     return result
 
 

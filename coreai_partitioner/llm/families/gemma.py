@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 
 
@@ -35,8 +37,6 @@ def build(build):
         if hasattr(attn, "q_norm"):
             norms = dict(q_norm=build.norm(attn.q_norm, plus_one=True), k_norm=build.norm(attn.k_norm, plus_one=True))
         attention = build.attention(
-            f"model.layers.{i}.self_attn",
-            attn,
             i,
             rope=types[i] if per_type else "default",
             softcap=softcap,
@@ -66,33 +66,22 @@ def build(build):
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    common = dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
+    common = dict(head_dim=16, tie_word_embeddings=None)  # Gemma ties by default
     alternating = dict(num_hidden_layers=4, sliding_window=8, layer_types=["sliding_attention", "full_attention"] * 2)
     if model_type == "gemma":
-        return transformers.GemmaConfig(num_hidden_layers=2, **common)
+        return tiny("GemmaConfig", num_hidden_layers=2, **common)
     if model_type == "gemma2":
-        return transformers.Gemma2Config(
-            **alternating, query_pre_attn_scalar=16, attn_logit_softcapping=2.0, final_logit_softcapping=3.0, **common
+        return tiny(
+            "Gemma2Config", **alternating, query_pre_attn_scalar=16, attn_logit_softcapping=2.0,
+            final_logit_softcapping=3.0, **common,
         )
     if model_type == "gemma3_text":
         rope = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
             "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0},
         }
-        return transformers.Gemma3TextConfig(
-            **alternating, query_pre_attn_scalar=16, rope_parameters=rope, final_logit_softcapping=3.0, **common
+        return tiny(
+            "Gemma3TextConfig", **alternating, query_pre_attn_scalar=16, rope_parameters=rope,
+            final_logit_softcapping=3.0, **common,
         )
     raise KeyError(model_type)

@@ -27,6 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("gemma4_text",)
 
 
@@ -92,8 +94,6 @@ def build(build):
             producers[types[i]] = path
         heads = AttentionShape(config.num_attention_heads, config.per_layer_config[i].num_key_value_heads, attn.head_dim)
         attention = build.attention(
-            path,
-            attn,
             i,
             shape=heads,
             rope=types[i],
@@ -127,16 +127,10 @@ def build(build):
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    return transformers.Gemma4TextConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    return tiny(
+        "Gemma4TextConfig",
+        tie_word_embeddings=None,  # tied by default
         head_dim=16,
-        max_position_embeddings=256,
         num_hidden_layers=6,
         sliding_window=8,
         layer_types=["sliding_attention", "full_attention"] * 3,
@@ -148,7 +142,4 @@ def tiny_config(model_type: str) -> Any:
         num_kv_shared_layers=2,
         use_double_wide_mlp=True,
         final_logit_softcapping=3.0,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
     )

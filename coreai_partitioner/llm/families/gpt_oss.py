@@ -16,56 +16,39 @@ from __future__ import annotations
 from typing import Any
 
 from ..blocks import MoE
+from ._tiny import tiny
 
 MODEL_TYPES = ("gpt_oss",)
 
 
+def experts(mlp) -> MoE:
+    router, experts = mlp.router, mlp.experts
+    return MoE(
+        router=router.weight,
+        router_bias=router.bias,
+        gate_up=experts.gate_up_proj,
+        gate_up_bias=experts.gate_up_proj_bias,
+        down=experts.down_proj,
+        down_bias=experts.down_proj_bias,
+        transposed=True,
+        top_k=router.top_k,
+        routing="topk_softmax",
+        limit=float(experts.limit),
+        alpha=float(experts.alpha),
+    )
+
+
 def build(build):
-    layers = []
-    for i, layer in enumerate(build.base.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        experts = mlp.experts
-        moe = MoE(
-            router=mlp.router.weight,
-            router_bias=mlp.router.bias,
-            gate_up=experts.gate_up_proj,
-            gate_up_bias=experts.gate_up_proj_bias,
-            down=experts.down_proj,
-            down_bias=experts.down_proj_bias,
-            transposed=True,
-            top_k=mlp.router.top_k,
-            routing="topk_softmax",
-            limit=float(experts.limit),
-            alpha=float(experts.alpha),
-        )
-        layers.append(
-            build.block(
-                build.attention(f"model.layers.{i}.self_attn", attn, i, sinks=attn.sinks),
-                moe,
-                pre_attn=build.norm(layer.input_layernorm, fp32_scale=True),
-                pre_mlp=build.norm(layer.post_attention_layernorm, fp32_scale=True),
-            )
-        )
+    layers = [
+        build.pre_norm_block(layer, build.attention(i, sinks=layer.self_attn.sinks), experts(layer.mlp), fp32_scale=True)
+        for i, layer in enumerate(build.base.layers)
+    ]
     return build.decoder(layers, norm=build.norm(build.base.norm, fp32_scale=True))
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    return transformers.GptOssConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=24,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_local_experts=8,
-        num_experts_per_tok=2,
-        sliding_window=8,
+    return tiny(
+        "GptOssConfig", num_hidden_layers=2, intermediate_size=24, head_dim=16, num_local_experts=8,
+        num_experts_per_tok=2, sliding_window=8,
         max_position_embeddings=131072,  # transformers 5.0.0rc1 derives YaRN's factor from it: 32 as 5.24's default
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
     )

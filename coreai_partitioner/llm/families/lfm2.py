@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("lfm2",)
 
 
@@ -28,8 +30,6 @@ def build(build):
         else:
             attn = layer.self_attn
             mixer = build.attention(
-                f"model.layers.{i}.self_attn",
-                attn,
                 i,
                 q_norm=build.norm(attn.q_layernorm),
                 k_norm=build.norm(attn.k_layernorm),
@@ -41,22 +41,13 @@ def build(build):
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    return transformers.Lfm2Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
+    return tiny(
+        "Lfm2Config",
+        tie_word_embeddings=None,  # tied by default
         num_hidden_layers=4,
         layer_types=["conv", "full_attention", "conv", "full_attention"],
-        num_attention_heads=4,
-        num_key_value_heads=2,
         conv_L_cache=3,
         block_multiple_of=16,
         block_ffn_dim_multiplier=1.0,
         block_auto_adjust_ff_dim=True,
-        max_position_embeddings=256,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
     )

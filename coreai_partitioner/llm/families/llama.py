@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("llama", "mistral", "ministral", "ministral3", "qwen2")
 
 
@@ -21,50 +23,27 @@ def build(build):
     rope = build.config.rope_parameters or {}
     if build.model_type == "ministral3":
         options["position_scale"] = (rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"])
-    layers = []
-    for i, layer in enumerate(build.base.layers):
-        path = f"model.layers.{i}"
-        layers.append(
-            build.block(
-                build.attention(f"{path}.self_attn", layer.self_attn, i, **options),
-                build.mlp(layer.mlp),
-                pre_attn=build.norm(layer.input_layernorm),
-                pre_mlp=build.norm(layer.post_attention_layernorm),
-            )
-        )
+    layers = [build.pre_norm_block(layer, build.attention(i, **options)) for i, layer in enumerate(build.base.layers)]
     return build.decoder(layers)
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    common = dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
     if model_type == "llama":
-        return transformers.LlamaConfig(**common)
+        return tiny("LlamaConfig", num_hidden_layers=2)
     if model_type == "mistral":
-        return transformers.MistralConfig(**common, sliding_window=8)
+        return tiny("MistralConfig", num_hidden_layers=2, sliding_window=8)
     if model_type == "ministral":
-        return transformers.MinistralConfig(**common, head_dim=16, sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+        layer_types = ["sliding_attention", "full_attention"]
+        return tiny("MinistralConfig", num_hidden_layers=2, head_dim=16, sliding_window=8, layer_types=layer_types)
     if model_type == "ministral3":
         rope = {
             "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1,
         }
-        return transformers.Ministral3Config(
-            **{**common, "max_position_embeddings": 64}, head_dim=16, sliding_window=8, rope_parameters=rope
+        return tiny(
+            "Ministral3Config", num_hidden_layers=2, head_dim=16, sliding_window=8, rope_parameters=rope,
+            max_position_embeddings=64, pad_token_id=11,
         )
     if model_type == "qwen2":
-        return transformers.Qwen2Config(**common, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+        return tiny("Qwen2Config", num_hidden_layers=2, use_sliding_window=True, sliding_window=8, max_window_layers=1)
     raise KeyError(model_type)

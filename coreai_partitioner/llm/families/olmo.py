@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("olmo2", "olmo3")
 
 
@@ -28,8 +30,6 @@ def build(build):
     for i, layer in enumerate(build.base.layers):
         attn = layer.self_attn
         attention = build.attention(
-            f"model.layers.{i}.self_attn",
-            attn,
             i,
             q_norm=build.norm(attn.q_norm, fp32_scale=True),
             k_norm=build.norm(attn.k_norm, fp32_scale=True),
@@ -48,23 +48,8 @@ def build(build):
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    common = dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
     if model_type == "olmo2":
-        return transformers.Olmo2Config(**common, attention_bias=True)
+        return tiny("Olmo2Config", num_hidden_layers=4, attention_bias=True)
     if model_type == "olmo3":
-        return transformers.Olmo3Config(**common, sliding_window=8)
+        return tiny("Olmo3Config", num_hidden_layers=4, sliding_window=8)
     raise KeyError(model_type)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("olmoe",)
 
 
@@ -21,41 +23,13 @@ def build(build):
     layers = []
     for i, layer in enumerate(build.base.layers):
         attn = layer.self_attn
-        attention = build.attention(
-            f"model.layers.{i}.self_attn",
-            attn,
-            i,
-            q_norm=build.norm(attn.q_norm),
-            k_norm=build.norm(attn.k_norm),
-            norm_width="all",
-        )
-        layers.append(
-            build.block(
-                attention,
-                build.moe(layer.mlp, routing),
-                pre_attn=build.norm(layer.input_layernorm),
-                pre_mlp=build.norm(layer.post_attention_layernorm),
-            )
-        )
+        norms = dict(q_norm=build.norm(attn.q_norm), k_norm=build.norm(attn.k_norm), norm_width="all")
+        layers.append(build.pre_norm_block(layer, build.attention(i, **norms), build.moe(layer.mlp, routing)))
     return build.decoder(layers)
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    return transformers.OlmoeConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=24,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_experts=8,
-        num_experts_per_tok=2,
+    return tiny(
+        "OlmoeConfig", num_hidden_layers=2, intermediate_size=24, num_experts=8, num_experts_per_tok=2,
         norm_topk_prob=False,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
     )

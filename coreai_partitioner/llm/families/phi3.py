@@ -14,43 +14,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("phi3",)
 
 
 def build(build):
-    layers = []
-    for i, layer in enumerate(build.base.layers):
-        layers.append(
-            build.block(
-                build.attention(f"model.layers.{i}.self_attn", layer.self_attn, i),
-                build.mlp(layer.mlp),
-                pre_attn=build.norm(layer.input_layernorm),
-                pre_mlp=build.norm(layer.post_attention_layernorm),
-            )
-        )
-    return build.decoder(layers)
+    return build.decoder([build.pre_norm_block(layer, build.attention(i)) for i, layer in enumerate(build.base.layers)])
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    return transformers.Phi3Config(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        original_max_position_embeddings=16,
-        partial_rotary_factor=0.5,
-        rope_scaling={
-            "type": "longrope",
-            "short_factor": [1.0, 1.1, 1.2, 1.5],
-            "long_factor": [1.0, 2.0, 4.0, 8.0],
-        },
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
+    longrope = {"type": "longrope", "short_factor": [1.0, 1.1, 1.2, 1.5], "long_factor": [1.0, 2.0, 4.0, 8.0]}
+    return tiny(
+        "Phi3Config", num_hidden_layers=2, max_position_embeddings=64, original_max_position_embeddings=16,
+        partial_rotary_factor=0.5, rope_scaling=longrope,
     )

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("qwen3_moe",)
 
 
@@ -20,46 +22,15 @@ def build(build):
     layers = []
     for i, layer in enumerate(build.base.layers):
         attn = layer.self_attn
-        attention = build.attention(
-            f"model.layers.{i}.self_attn",
-            attn,
-            i,
-            q_norm=build.norm(attn.q_norm, fp32_scale=True),
-            k_norm=build.norm(attn.k_norm, fp32_scale=True),
-        )
-        mlp = build.moe(layer.mlp, routing) if hasattr(layer.mlp, "experts") else build.mlp(layer.mlp)
-        layers.append(
-            build.block(
-                attention,
-                mlp,
-                pre_attn=build.norm(layer.input_layernorm, fp32_scale=True),
-                pre_mlp=build.norm(layer.post_attention_layernorm, fp32_scale=True),
-            )
-        )
+        norms = dict(q_norm=build.norm(attn.q_norm, fp32_scale=True), k_norm=build.norm(attn.k_norm, fp32_scale=True))
+        mlp = build.moe(layer.mlp, routing) if hasattr(layer.mlp, "experts") else None
+        layers.append(build.pre_norm_block(layer, build.attention(i, **norms), mlp, fp32_scale=True))
     return build.decoder(layers, norm=build.norm(build.base.norm, fp32_scale=True))
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
-    return transformers.Qwen3MoeConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=96,
-        moe_intermediate_size=24,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        num_experts=8,
-        num_experts_per_tok=2,
-        norm_topk_prob=True,
-        mlp_only_layers=[1],
-        max_position_embeddings=256,
-        use_sliding_window=True,
+    return tiny(
+        "Qwen3MoeConfig", num_hidden_layers=3, intermediate_size=96, moe_intermediate_size=24, head_dim=16,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1], use_sliding_window=True,
         sliding_window=8,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
     )

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._tiny import tiny
+
 MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 
@@ -31,8 +33,6 @@ def build(build):
         else:
             attn = layer.self_attn
             mixer = build.attention(
-                f"model.layers.{i}.self_attn",
-                attn,
                 i,
                 q_norm=build.norm(attn.q_norm, plus_one=True),
                 k_norm=build.norm(attn.k_norm, plus_one=True),
@@ -42,47 +42,27 @@ def build(build):
         if hasattr(mlp, "experts"):
             mlp = build.moe(mlp, routing, shared=build.mlp(mlp.shared_expert), shared_gate=mlp.shared_expert_gate)
         else:
-            mlp = build.mlp(mlp)
-        layers.append(
-            build.block(
-                mixer,
-                mlp,
-                pre_attn=build.norm(layer.input_layernorm, plus_one=True),
-                pre_mlp=build.norm(layer.post_attention_layernorm, plus_one=True),
-            )
-        )
+            mlp = None
+        layers.append(build.pre_norm_block(layer, mixer, mlp, plus_one=True))
     return build.decoder(layers, norm=build.norm(build.base.norm, plus_one=True))
 
 
 def tiny_config(model_type: str) -> Any:
-    import transformers
-
     common = dict(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
         num_hidden_layers=4,
         layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
-        num_attention_heads=4,
-        num_key_value_heads=2,
         head_dim=16,
         linear_num_key_heads=2,
         linear_num_value_heads=4,
         linear_key_head_dim=16,
         linear_value_head_dim=8,
         linear_conv_kernel_dim=4,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
     )
     experts = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=32)
     if model_type == "qwen3_next":
-        return transformers.Qwen3NextConfig(**common, **experts, decoder_sparse_step=1, mlp_only_layers=[0])
+        return tiny("Qwen3NextConfig", **common, **experts, decoder_sparse_step=1, mlp_only_layers=[0])
     if model_type == "qwen3_5_text":
-        return transformers.Qwen3_5TextConfig(**common)
+        return tiny("Qwen3_5TextConfig", **common)
     if model_type == "qwen3_5_moe_text":
-        common.pop("intermediate_size")
-        return transformers.Qwen3_5MoeTextConfig(**common, **experts)
+        return tiny("Qwen3_5MoeTextConfig", **common, **experts, intermediate_size=None)
     raise KeyError(model_type)

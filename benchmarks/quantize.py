@@ -91,7 +91,7 @@ def measure(config_name: str, scheme: str, chunk: int, context: int) -> dict:
     from coreai_partitioner.pte import read_pte
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(_config(config_name), torch_dtype=torch.float16).eval()
+    model = AutoModelForCausalLM.from_config(_config(config_name), dtype=torch.float16).eval()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     stored = stored_bytes(model, scheme)
     shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=chunk)

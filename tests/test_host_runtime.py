@@ -21,11 +21,11 @@ from coreai_partitioner import (
     export_with_composites,
     get_default_compile_config,
     get_default_passes,
-    host_runtime,
     load_runtime_backend,
     verify,
 )
-from coreai_partitioner.pte import read_pte
+from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 from coreai_torch.composite_ops import RMSNorm
 
 pytestmark = pytest.mark.slow
@@ -185,8 +185,8 @@ def test_a_second_thread_entering_a_delegate_while_one_runs_is_refused_and_the_p
     # leave ExecuTorch after it (the order that corrupted std::cout).
     script = (
         "import sys, threading, torch\n"
-        "from coreai_partitioner import host_runtime\n"
-        "from coreai_partitioner.runtime import LoadedAsset\n"
+        "from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime\n"
+        "from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset\n"
         "x = torch.randn(2, 4, 16)\n"
         "first, second = host_runtime.load_program(sys.argv[1]), host_runtime.load_program(sys.argv[1])\n"
         "method, other = first.load_method('forward'), second.load_method('forward')\n"
@@ -424,7 +424,7 @@ def test_loading_without_registering_the_python_side_fails_cleanly(two_norms_pte
     path.write_bytes(pte)
     script = (
         "import ctypes, os, sys\n"
-        "from coreai_partitioner import host_runtime\n"
+        "from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime\n"
         "from executorch.runtime import Runtime\n"
         "Runtime.get()\n"
         "ctypes.CDLL(str(host_runtime.library_path()), os.RTLD_GLOBAL)\n"

@@ -1,7 +1,7 @@
 /*
  * Core AI delegates on the host: ExecuTorch's runtime calls this backend,
  * which runs each delegate's asset on coreai-core's runtime (Linux CPU
- * included) through callbacks that coreai_partitioner.host_runtime registers.
+ * included) through callbacks that host.py, beside this file, registers.
  *
  * Registered as CoreAICompositeBackend (coreai-partitioner) and CoreAIBackend
  * (upstream): both ship the same payload, a JSON manifest (Manifest.h).

@@ -2,7 +2,7 @@
  * The C boundary between the Core AI host backend (C++, registered in
  * ExecuTorch's libexecutorch.so) and coreai-core's runtime (Python).
  *
- * coreai_partitioner/host_runtime.py mirrors these structs with ctypes and
+ * host.py, beside this header, mirrors these structs with ctypes and
  * registers the three callbacks with coreai_host_set_callbacks().  The
  * backend never owns Python objects: a delegate is an id on the Python side.
  */

@@ -1,7 +1,7 @@
 """Run Core AI delegates inside ExecuTorch's own runtime, on this machine.
 
-ExecuTorch 1.5.1 ships no Core AI runtime.  This module builds one: a C++
-backend (``backends/apple_coreai/runtime/``, installed with the package)
+ExecuTorch 1.5.1 ships no Core AI runtime.  This module builds one: the C++
+backend beside it (``CoreAIHostBackend.cpp``, installed with the package)
 registered in the wheel's ``libexecutorch.so`` as ``CoreAICompositeBackend``
 and ``CoreAIBackend``, which runs each delegate's asset on coreai-core's
 runtime through ctypes callbacks into this module.
@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from .runtime import LoadedAsset
+from .loaded_asset import LoadedAsset
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +86,7 @@ class BuildError(RuntimeError):
 
 
 def _source_dir() -> Path:
-    # Editable installs map coreai_partitioner.backends to the repo's backends/.
-    from .backends import apple_coreai
-
-    return Path(apple_coreai.__file__).resolve().parent / "runtime"
+    return Path(__file__).resolve().parent
 
 
 def _executorch_dir() -> Path:

@@ -84,7 +84,9 @@ def _load(
     if asset is None:
         with tempfile.TemporaryDirectory() as directory:
             sidecar = sidecar_dir if sidecar_dir is not None else os.environ.get("COREAI_SIDECAR_DIR")
-            asset = _compiled[key] = LoadedAsset(materialize(manifest, files(), directory, sidecar_dir=sidecar))
+            asset = LoadedAsset(materialize(manifest, files(), directory, sidecar_dir=sidecar))
+        asset.bind(manifest["input_names"], manifest["output_names"])
+        _compiled[key] = asset
     return asset
 
 

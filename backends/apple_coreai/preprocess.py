@@ -15,8 +15,9 @@ one is broken or costly, and nowhere else:
 
 Delivery (inline named data under ``coreai/<hash>/`` with its JSON manifest,
 sidecar through ``COREAI_SIDECAR_DIR``, AOT ``.aimodelc`` through
-``xcrun coreai-build``) is upstream's own code, or mirrors it in
-:mod:`coreai_partitioner._upstream`.
+``xcrun coreai-build``) and the manifest (version 2: ordered I/O names, each
+file's size, a digest per bundle, which upstream's on-device runtime
+requires) mirror upstream in :mod:`coreai_partitioner._upstream`.
 """
 
 from __future__ import annotations
@@ -72,31 +73,42 @@ class CoreAICompositeBackend(BackendDetails):
         program = convert(converted, debug_info.requested(compile_specs))
 
         assert_io_compatible(program, converted)  # its state writes in Core AI's state order
+        input_names, output_names = _upstream.coreai_io_names(program)  # before enumerated shapes replace main
         raw_enumerations = _compat.get_compile_spec(compile_specs, _KEYS.INPUT_ENUMERATIONS)
-        if raw_enumerations:
-            _compat.apply_enumerated_shapes(
-                program, edge_program, json.loads(raw_enumerations.decode())
-            )
+        specializations = (
+            _compat.apply_enumerated_shapes(program, edge_program, json.loads(raw_enumerations.decode()))
+            if raw_enumerations
+            else None
+        )
+        signature = edge_program.graph_signature
+        bindings = _upstream.bindings(
+            input_names,
+            output_names,
+            stateful=bool(signature.buffers_to_mutate or signature.user_inputs_to_mutate),
+            specializations=specializations,
+        )
         if sidecar_dir is None:
             _compat.maybe_warn_sidecar_env_ignored()
 
         aot = _compat.get_compile_spec(compile_specs, _KEYS.AOT_COMPILE_CONFIG) is not None
         min_os = None if aot else _compat.min_os_version(compile_specs)
         with TemporaryDirectory() as staging:
-            aimodel = Path(staging) / "model.aimodel"
+            bundles = Path(staging) / "bundles"  # exactly the bundles the manifest declares
+            aimodel = bundles / "model.aimodel"
             created = _upstream.write_program(program, aimodel, min_os)
             del program  # the IR holds a copy of the weights; release it before reading back
             model_hash = _upstream.finish_asset(created)
             if aot:
-                return _upstream.deliver_aot_compiled(aimodel, model_hash, compile_specs, sidecar_dir)
+                return _upstream.deliver_aot_compiled(aimodel, model_hash, compile_specs, sidecar_dir, bindings)
+            beside = Path(staging) / "beside"
             manifest = {
                 "path": f"{model_hash}/model.aimodel",
                 "min_deployment_version": _compat.os_version_text(min_os),
-                **stage_initial_state(edge_program, Path(staging)),
+                **bindings,
+                **stage_initial_state(edge_program, beside),
             }
-            if sidecar_dir is None:  # the asset streams from disk into the .pte, never read whole
-                return _upstream.deliver_inline(Path(staging), model_hash, manifest)
-            return _compat.deliver(Path(staging), model_hash, _Packaging.SIDECAR, manifest, sidecar_dir)
-
+            # Inline, the asset streams from disk into the .pte, never read whole.
+            packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
+            return _upstream.deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
 
 BACKEND_ID = CoreAICompositeBackend.__name__

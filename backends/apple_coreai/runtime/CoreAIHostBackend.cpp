@@ -6,10 +6,11 @@
  * Registered as CoreAICompositeBackend (coreai-partitioner) and CoreAIBackend
  * (upstream): both ship the same payload, a JSON manifest (Manifest.h).
  *
- * init    parses and validates the manifest, gathers the asset from the
- *         program's named data (inline) or the sidecar directory, and has the
- *         Python side compile it and create the delegate's state (mutable
- *         buffers the delegate owns).  The state lives with the handle, so
+ * init    parses and validates the manifest (Manifest.h, upstream's rules),
+ *         gathers the asset from the program's named data (inline, each
+ *         file's size checked against the manifest) or the sidecar directory,
+ *         and has the Python side check the bundle's digest, compile it and
+ *         create the delegate's state (mutable buffers the delegate owns).  The state lives with the handle, so
  *         it carries from call to call and two loads never share it.
  * execute checks every input against the delegate's signature (count,
  *         dtype, rank, static sizes) before coreai-core sees it, runs the
@@ -186,7 +187,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
     std::string problem;
     if (!parse_manifest(processed->data(), processed->size(), &manifest, &problem)) {
       report("%s delegate in method '%s': %s; the .pte is corrupt or was not written by a Core AI "
-          "backend, export it again",
+          "backend, re-export the model",
           backend_id_,
           method,
           problem.c_str());
@@ -349,44 +350,49 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
       report("%s ships its asset inline, but the program has no named data; export it again", name);
       return Error::InvalidProgram;
     }
-    const std::string bundle = manifest.bundle() + "/";
-    bool has_bundle = false;
-    buffers->reserve(manifest.files.size());
-    files->reserve(manifest.files.size());
-    for (const std::string& file : manifest.files) {
-      has_bundle = has_bundle || file.rfind(bundle, 0) == 0;
-      std::string key = "coreai/" + manifest.hash + "/" + file;
-      Result<FreeableBuffer> data = named_data->get_data(key.c_str());
-      if (!data.ok()) {
-        report("%s: the program's named data holds no '%s' (error 0x%x); the .pte is truncated or corrupt, "
-            "export it again",
-            name,
-            key.c_str(),
-            static_cast<unsigned>(data.error()));
+    buffers->reserve(manifest.files.size() + manifest.initial_state.size());
+    files->reserve(manifest.files.size() + manifest.initial_state.size());
+    for (const AssetFile& file : manifest.files) {
+      Error status = fetch(manifest, file.path, name, named_data, buffers, files);
+      if (status != Error::Ok) {
+        return status;
+      }
+      if (static_cast<uint64_t>(files->back().nbytes) != file.size) {
+        report("%s: the program's named data holds %lld bytes for '%s', its manifest says %llu; the .pte is "
+               "corrupt, re-export the model", name, static_cast<long long>(files->back().nbytes),
+               file.path.c_str(), static_cast<unsigned long long>(file.size));
         return Error::InvalidProgram;
       }
-      buffers->push_back(std::move(data.get()));
-      files->push_back({file.c_str(), buffers->back().data(), static_cast<int64_t>(buffers->back().size())});
-    }
-    if (!has_bundle) {
-      report("%s: the manifest lists no file of its asset '%s'; export it again", name, manifest.path.c_str());
-      return Error::InvalidProgram;
     }
     for (const InitialState& state : manifest.initial_state) {
-      const CoreAIHostFile* found = nullptr;
-      for (const CoreAIHostFile& file : *files) {
-        found = state.file == file.path ? &file : found;
+      Error status = fetch(manifest, state.file, name, named_data, buffers, files);
+      if (status == Error::Ok) {
+        status = check_initial_state(state, static_cast<uint64_t>(files->back().nbytes), name);
       }
-      if (found == nullptr) {
-        report("%s: the initial value of state '%s' (%s) is not in the program's named data; export it again",
-               name, state.name.c_str(), state.file.c_str());
-        return Error::InvalidProgram;
-      }
-      Error status = check_initial_state(state, static_cast<uint64_t>(found->nbytes), name);
       if (status != Error::Ok) {
         return status;
       }
     }
+    return Error::Ok;
+  }
+
+  // One file of the asset's <hash>/ directory, from the program's named data.
+  static Error fetch(
+      const Manifest& manifest,
+      const std::string& path,
+      const char* name,
+      const NamedDataMap* named_data,
+      std::vector<FreeableBuffer>* buffers,
+      std::vector<CoreAIHostFile>* files) {
+    std::string key = "coreai/" + manifest.hash + "/" + path;
+    Result<FreeableBuffer> data = named_data->get_data(key.c_str());
+    if (!data.ok()) {
+      report("%s: the program's named data holds no '%s' (error 0x%x); the .pte is truncated or corrupt, "
+             "re-export the model", name, key.c_str(), static_cast<unsigned>(data.error()));
+      return Error::InvalidProgram;
+    }
+    buffers->push_back(std::move(data.get()));
+    files->push_back({path.c_str(), buffers->back().data(), static_cast<int64_t>(buffers->back().size())});
     return Error::Ok;
   }
 

@@ -55,6 +55,8 @@ from typing import Any
 
 import numpy as np
 
+from coreai_partitioner import _upstream
+
 from .loaded_asset import LoadedAsset
 
 logger = logging.getLogger(__name__)
@@ -369,18 +371,20 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
     method = request.method.decode()
     manifest = json.loads(ctypes.string_at(request.manifest_json, request.manifest_nbytes))
     if request.asset_dir:
-        asset_dir = Path(request.asset_dir.decode())
-        _check_integrity(manifest, (asset_dir / "main.mlirb").read_bytes() if (asset_dir / "main.mlirb").is_file() else None)
-        asset = LoadedAsset(asset_dir)
-        initial = initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
+        root = Path(request.asset_root.decode())
+        _check_bundle(manifest, _sidecar_files(manifest, root))
+        asset = LoadedAsset(request.asset_dir.decode())
+        initial = initial_values(manifest, lambda path: (root / path).read_bytes())
     else:
         files = {
-            request.files[i].path.decode(): (request.files[i].data, request.files[i].nbytes)
+            request.files[i].path.decode(): _view(request.files[i].data, request.files[i].nbytes)
             for i in range(request.num_files)
         }
+        _check_bundle(manifest, [(path, manifest["files"][path], [files[path]]) for path in manifest["files"]])
         asset = _load_inline(manifest, files)
-        initial = initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
+        initial = initial_values(manifest, lambda path: bytes(files[path]))
     try:
+        asset.bind(manifest["input_names"], manifest["output_names"])
         state = _new_state(asset, initial, manifest)
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
     except BaseException:
@@ -401,29 +405,52 @@ def _io_dtypes(asset: LoadedAsset, method: str, manifest: dict[str, Any]) -> tup
     return [_dtype(code) for code in inputs], [_dtype(code) for code in outputs], outputs
 
 
-def _check_integrity(manifest: dict[str, Any], program: bytes | memoryview | None) -> None:
-    """coreai-core ends the process on a corrupt program, so check it first: its sha256 is the asset's hash."""
-    if program is None:
-        raise ValueError("the asset has no main.mlirb; the .pte or its sidecar is incomplete, export it again")
-    if hashlib.sha256(program).hexdigest() != manifest["hash"]:
+def _view(address: int, nbytes: int) -> memoryview:
+    return memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B") if nbytes else memoryview(b"")
+
+
+def _check_bundle(manifest: dict[str, Any], files: list[tuple[str, int, Any]]) -> None:
+    """The bundle is what was exported: its digest over ``(path, size, chunks)`` per file is the manifest's.
+
+    Stricter than upstream's device runtime, which checks file names and
+    sizes only; coreai-core ends the process on a corrupt program, so a
+    changed byte must be caught here.
+    """
+    bundle = manifest["path"].split("/", 1)[1]
+    if f"{bundle}/main.mlirb" not in manifest["files"]:
+        raise ValueError(f"the asset's manifest lists no {bundle}/main.mlirb; the .pte is incomplete, re-export the model")
+    if _upstream.bundle_digest(files) != manifest["bundle_digests"][bundle]:
         raise ValueError(
-            "the asset's main.mlirb does not match its hash (the .pte or its sidecar is corrupt); export it again"
+            f"the asset's files do not match the bundle digest of its manifest ({bundle}): the .pte or its "
+            "sidecar is corrupt or was changed after export; re-export the model"
         )
 
 
-def _load_inline(manifest: dict[str, Any], files: dict[str, tuple[int, int]]) -> LoadedAsset:
-    bundle = manifest["path"].split("/", 1)[1] + "/"
-    program = files.get(bundle + "main.mlirb")
-    _check_integrity(manifest, None if program is None else (ctypes.c_char * program[1]).from_address(program[0]))
+def _sidecar_files(manifest: dict[str, Any], root: Path) -> list[tuple[str, int, Any]]:
+    """The sidecar bundle's files under ``root`` (its ``<hash>/``), exactly the ones the manifest lists."""
+    bundle = manifest["path"].split("/", 1)[1]
+    try:
+        found = _upstream.bundle_files(root, bundle)
+    except ValueError as error:
+        raise ValueError(f"the sidecar asset in {root} cannot be read: {error}; ship the '{root.name}/' directory "
+                         "the export wrote") from None
+    sizes = {relative: size for relative, _, size in found}
+    if sizes != manifest["files"]:
+        raise ValueError(
+            f"the sidecar asset in {root} holds {sorted(sizes)} ({sum(sizes.values())} bytes), its manifest lists "
+            f"{sorted(manifest['files'])} ({sum(manifest['files'].values())} bytes); ship the '{root.name}/' "
+            "directory the export wrote, or re-export the model"
+        )
+    return [(relative, size, _upstream.file_chunks(path)) for relative, path, size in found]
+
+
+def _load_inline(manifest: dict[str, Any], files: dict[str, memoryview]) -> LoadedAsset:
     with tempfile.TemporaryDirectory(prefix="coreai-host-") as directory:
         root = Path(directory) / manifest["hash"]
-        for path, (data, nbytes) in files.items():
-            if not path.startswith(bundle):
-                continue  # initial state values and the like stay in memory
+        for path in manifest["files"]:  # initial state values stay in memory
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "wb") as out:
-                out.write((ctypes.c_char * nbytes).from_address(data) if nbytes else b"")
+            target.write_bytes(files[path])
         # The runtime compiles its own copy; the directory may go right after.
         return LoadedAsset(Path(directory) / manifest["path"])
 
@@ -434,8 +461,14 @@ def initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray]
     for name, entry in (manifest.get("initial_state") or {}).items():
         import ml_dtypes  # noqa: F401 - makes np.dtype("bfloat16") resolvable
 
+        data = read(entry["file"])
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ValueError(
+                f"the initial value of state '{name}' ({entry['file']}) does not match its sha256 in the manifest; "
+                "the .pte or its sidecar is corrupt, re-export the model"
+            )
         dtype = np.dtype(ml_dtypes.bfloat16) if entry["dtype"] == "bfloat16" else np.dtype(entry["dtype"])
-        values[name] = np.frombuffer(read(entry["file"]), dtype=dtype).reshape(entry["shape"]).copy()
+        values[name] = np.frombuffer(data, dtype=dtype).reshape(entry["shape"]).copy()
     return values
 
 

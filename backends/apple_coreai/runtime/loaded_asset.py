@@ -17,7 +17,7 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +135,20 @@ class LoadedAsset:
         }
         _open_assets.add(self)
         logger.info("compiled Core AI asset %s (%s)", self.path, ", ".join(chosen))
+
+    def bind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
+        """Take inputs and give outputs in a manifest's order: its graph-order names, state left out.
+
+        ExecuTorch passes a delegate its arguments by position, in that order.
+        """
+        inputs = [name for name in input_names if name not in self.state_names]
+        outputs = [name for name in output_names if name not in self.state_names]
+        if sorted(inputs) != sorted(self.input_names) or sorted(outputs) != sorted(self.output_names):
+            raise ValueError(
+                f"the manifest binds inputs {inputs} and outputs {outputs}, but the asset's function takes "
+                f"{self.input_names} and returns {self.output_names}; the .pte is corrupt, re-export the model"
+            )
+        self.input_names, self.output_names = inputs, outputs
 
     def _function_for(self, inputs: Mapping[str, Any]) -> Any:
         if self._function is not None:

@@ -58,6 +58,7 @@ def lower_exported(
     *,
     transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
+    generate_etrecord: bool = False,
     **partitioner_options: Any,
 ) -> Any:
     """``to_edge_transform_and_lower`` with one :class:`CoreAIPartitioner` per method.
@@ -65,7 +66,9 @@ def lower_exported(
     ``programs`` is one ``(program, records)`` pair (the method ``forward``)
     or ``{method: (program, records)}``.  ``transform`` runs on each program
     before lowering (quantization, say); records stay valid, since call sites
-    are found by op target.  Returns the ``EdgeProgramManager``.
+    are found by op target.  ``generate_etrecord`` is ExecuTorch's: the
+    ``to_executorch()`` result's ``get_etrecord()`` returns it (it holds
+    copies of the programs, weights included).  Returns the ``EdgeProgramManager``.
     """
     from executorch.exir import to_edge_transform_and_lower
 
@@ -83,6 +86,7 @@ def lower_exported(
         compile_config=get_default_compile_config(),
         transform_passes=get_default_passes(),
         constant_methods=dict(constant_methods) if constant_methods else None,
+        generate_etrecord=generate_etrecord,
     )
 
 
@@ -94,6 +98,7 @@ def lower(
     dynamic_shapes: Any = None,
     transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
+    generate_etrecord: bool = False,
     **partitioner_options: Any,
 ) -> Any:
     """Export ``model`` on ``sample`` with its composites and lower it for Core AI.
@@ -103,7 +108,13 @@ def lower(
     ``EdgeProgramManager`` (``.to_executorch()``, or :func:`save_pte`).
     """
     exported = export_with_composites(model, sample, specs=specs, dynamic_shapes=dynamic_shapes)
-    return lower_exported(exported, transform=transform, constant_methods=constant_methods, **partitioner_options)
+    return lower_exported(
+        exported,
+        transform=transform,
+        constant_methods=constant_methods,
+        generate_etrecord=generate_etrecord,
+        **partitioner_options,
+    )
 
 
 def save_pte(lowered: Any, path: str | os.PathLike) -> Path:

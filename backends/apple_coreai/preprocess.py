@@ -11,7 +11,9 @@ one is broken or costly, and nowhere else:
   as it was), and the converted IR is released before the asset is read back,
   so peak memory stays near one extra copy of the weights;
 * each call site's record comes from the call site itself, where the
-  partitioner put it (:mod:`coreai_partitioner.build_records`).
+  partitioner put it (:mod:`coreai_partitioner.build_records`);
+* it returns a ``debug_handle_map`` (:mod:`.debug_handles`), so ExecuTorch's
+  Inspector maps the delegate's profiling events to the edge graph.
 
 Delivery (inline named data under ``coreai/<hash>/`` with its JSON manifest,
 sidecar through ``COREAI_SIDECAR_DIR``, AOT ``.aimodelc`` through
@@ -35,6 +37,7 @@ from coreai_partitioner import _compat, _upstream
 from coreai_partitioner.programs import with_own_graph
 
 from . import debug_info
+from .debug_handles import debug_handle_map
 from .convert import convert
 from .initial_state import stage_initial_state
 from .io_compat import assert_io_compatible
@@ -89,6 +92,7 @@ class CoreAICompositeBackend(BackendDetails):
         )
         if sidecar_dir is None:
             _compat.maybe_warn_sidecar_env_ignored()
+        handles = debug_handle_map(converted.graph, bindings.get("function", _upstream.MAIN_ENTRYPOINT))
 
         aot = _compat.get_compile_spec(compile_specs, _KEYS.AOT_COMPILE_CONFIG) is not None
         min_os = None if aot else _compat.min_os_version(compile_specs)
@@ -99,16 +103,20 @@ class CoreAICompositeBackend(BackendDetails):
             del program  # the IR holds a copy of the weights; release it before reading back
             model_hash = _upstream.finish_asset(created)
             if aot:
-                return _upstream.deliver_aot_compiled(aimodel, model_hash, compile_specs, sidecar_dir, bindings)
-            beside = Path(staging) / "beside"
-            manifest = {
-                "path": f"{model_hash}/model.aimodel",
-                "min_deployment_version": _compat.os_version_text(min_os),
-                **bindings,
-                **stage_initial_state(edge_program, beside),
-            }
-            # Inline, the asset streams from disk into the .pte, never read whole.
-            packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
-            return _upstream.deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
+                result = _upstream.deliver_aot_compiled(aimodel, model_hash, compile_specs, sidecar_dir, bindings)
+            else:
+                beside = Path(staging) / "beside"
+                manifest = {
+                    "path": f"{model_hash}/model.aimodel",
+                    "min_deployment_version": _compat.os_version_text(min_os),
+                    **bindings,
+                    **stage_initial_state(edge_program, beside),
+                }
+                # Inline, the asset streams from disk into the .pte, never read whole.
+                packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
+                result = _upstream.deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
+        result.debug_handle_map = handles
+        return result
+
 
 BACKEND_ID = CoreAICompositeBackend.__name__

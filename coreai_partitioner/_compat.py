@@ -269,6 +269,11 @@ def coreai_asset_api() -> Any:
     )
 
 
+def runtime_debug_infos(model: Any) -> bytes:
+    """A loaded ``coreai.runtime.AIModel``'s debug information (JSON: each compiled op's sources and call stack)."""
+    return model._model._debug_infos
+
+
 def mlir_module(program: Any) -> Any:
     """``(coreai module, its MLIR module)`` of an ``AIProgram``."""
     return program._module, program._module._mlir_module

@@ -15,6 +15,9 @@
  * execute checks every input against the delegate's signature (count,
  *         dtype, rank, static sizes) before coreai-core sees it, runs the
  *         delegate, resizes dynamic outputs and copies the results out.
+ *         With an event tracer (ETDump), the call is one profiling event,
+ *         "coreai:<function>", and the Python side adds one per edge node
+ *         the Core AI ops came from when the asset carries that mapping.
  * destroy releases the Python side's delegate.
  */
 
@@ -24,9 +27,11 @@
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/event_tracer_hooks_delegate.h>
 #include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/platform/log.h>
+#include <executorch/runtime/platform/platform.h>
 
 #include <atomic>
 #include <climits>
@@ -37,6 +42,7 @@
 #include <mutex>
 #include <string>
 #include <sys/stat.h>
+#include <time.h>
 #include <vector>
 
 namespace executorch {
@@ -53,7 +59,10 @@ using executorch::ET_RUNTIME_NAMESPACE::CompileSpec;
 using executorch::ET_RUNTIME_NAMESPACE::DelegateHandle;
 using executorch::ET_RUNTIME_NAMESPACE::NamedDataMap;
 using executorch::runtime::ArrayRef;
+using executorch::runtime::DebugHandle;
 using executorch::runtime::Error;
+using executorch::runtime::EventTracer;
+using executorch::runtime::EventTracerEntry;
 using executorch::runtime::EValue;
 using executorch::runtime::FreeableBuffer;
 using executorch::runtime::Result;
@@ -62,6 +71,8 @@ using executorch::runtime::Span;
 namespace {
 
 constexpr int64_t kErrorCapacity = 2048;
+// ETDump takes a delegate event by name or by integer id, never both: a named one has id -1.
+constexpr DebugHandle kNamedEvent = static_cast<DebugHandle>(-1);
 constexpr int32_t kMaxDelegateIO = 1 << 14;
 
 struct Callbacks {
@@ -134,6 +145,21 @@ bool byte_size(const std::vector<int64_t>& shape, size_t element, uint64_t* out)
 
 thread_local char t_last_error[kErrorCapacity] = "";
 
+// The event tracer's clock minus CLOCK_MONOTONIC_RAW, in ticks, taken as the running delegate's event started:
+// coreai-core stamps its op events with CLOCK_MONOTONIC_RAW, ETDump with ExecuTorch's PAL clock.
+thread_local int64_t t_tracer_clock_offset = 0;
+
+int64_t monotonic_ns() {
+  struct timespec now;
+  ::clock_gettime(CLOCK_MONOTONIC_RAW, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+int64_t ns_to_ticks(int64_t ns) {
+  const et_tick_ratio_t ratio = executorch::runtime::pal_ticks_to_ns_multiplier();
+  return ns * static_cast<int64_t>(ratio.denominator) / static_cast<int64_t>(ratio.numerator);
+}
+
 // Logs an error and keeps it for coreai_host_last_error().
 __attribute__((format(printf, 1, 2))) void report(const char* format, ...) {
   va_list args;
@@ -154,6 +180,7 @@ const char* dtype_name(int32_t code) {
 struct CoreAIDelegate {
   int64_t id = 0;
   std::string name;  // "method 'forward', asset <hash prefix>"
+  std::string event_name;  // "coreai:<function>", the key of the whole call in its debug_handle_map
   std::vector<CoreAIHostTensor> input_signature;
   std::vector<CoreAIHostTensor> output_signature;
   std::vector<CoreAIHostTensor> inputs;
@@ -199,6 +226,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
     auto delegate = std::make_unique<CoreAIDelegate>();
     delegate->name = std::string(backend_id_) + " delegate in method '" + method + "' (asset " +
         manifest.hash.substr(0, 12) + ")";
+    delegate->event_name = "coreai:" + (manifest.function.empty() ? std::string("main") : manifest.function);
     const char* name = delegate->name.c_str();
     if (manifest.is_aot_compiled()) {
       report("%s ships AOT-compiled .aimodelc bundles (%s), which run only on Apple devices; "
@@ -262,7 +290,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
   }
 
   Error execute(
-      ET_UNUSED BackendExecutionContext& context,
+      BackendExecutionContext& context,
       DelegateHandle* handle,
       Span<EValue*> args) const override {
     auto* delegate = static_cast<CoreAIDelegate*>(handle);
@@ -301,6 +329,12 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
       report("%s: the Core AI host runtime was unregistered (interpreter shutting down?)", name);
       return Error::InvalidState;
     }
+    EventTracer* tracer = context.event_tracer();
+    EventTracerEntry event =
+        executorch::runtime::event_tracer_start_profiling_delegate(tracer, delegate->event_name.c_str(), kNamedEvent);
+    if (tracer != nullptr) {
+      t_tracer_clock_offset = static_cast<int64_t>(event.start_time) - ns_to_ticks(monotonic_ns());
+    }
     delegate->error[0] = '\0';
     if (python.run(
             delegate->id,
@@ -308,6 +342,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
             static_cast<int32_t>(num_inputs),
             delegate->outputs.data(),
             static_cast<int32_t>(num_outputs),
+            tracer,
             delegate->error.data(),
             kErrorCapacity) != 0) {
       report("%s: %s", name, delegate->error.data());
@@ -320,6 +355,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
         return status;
       }
     }
+    executorch::runtime::event_tracer_end_profiling_delegate(tracer, event);
     return Error::Ok;
   }
 
@@ -616,6 +652,17 @@ __attribute__((visibility("default"))) const char* coreai_host_last_error(void) 
 
 __attribute__((visibility("default"))) void coreai_host_clear_last_error(void) {
   executorch::backends::coreai_host::t_last_error[0] = '\0';
+}
+
+__attribute__((visibility("default"))) void coreai_host_log_profiling_delegate(
+    void* event_tracer, const char* name, int64_t start_ns, int64_t end_ns) {
+  using namespace executorch::backends::coreai_host;
+  executorch::runtime::event_tracer_log_profiling_delegate(
+      static_cast<EventTracer*>(event_tracer),
+      name,
+      kNamedEvent,
+      static_cast<et_timestamp_t>(ns_to_ticks(start_ns) + t_tracer_clock_offset),
+      static_cast<et_timestamp_t>(ns_to_ticks(end_ns) + t_tracer_clock_offset));
 }
 
 __attribute__((visibility("default"))) int64_t coreai_host_live_delegates(void) {

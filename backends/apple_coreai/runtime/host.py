@@ -15,15 +15,20 @@ The boundary, one delegate at a time:
 
 * ``init`` (C++) validates the manifest and gathers the asset's bytes (the
   program's named data, or the sidecar directory with every path kept inside
-  it), then :func:`_load` compiles the asset and creates the delegate's
-  state: mutable buffers it took over, starting from the initial values the
-  ``.pte`` ships (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
+  it), then :func:`_load` checks them against the manifest's bundle digest,
+  compiles the asset and creates the delegate's state: mutable buffers it
+  took over, starting from the initial values the ``.pte`` ships
+  (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
   The state belongs to that loaded method and carries from call to call.
 * ``execute`` (C++) checks every input against the signature :func:`_signature`
   reported; :func:`_run` views the inputs without copying (the views are kept
   while ExecuTorch passes the same tensors, which a loaded method does), runs
   coreai-core on the calling thread, and hands back its output arrays, which
   the backend copies into ExecuTorch's outputs (resizing dynamic ones).
+  With an ETDump (the method has an event tracer) the call is one profiling
+  event, ``coreai:<function>``, and :func:`_run` runs it under coreai-core's
+  profiler and logs one event per edge node its ops came from
+  (:mod:`.profiling`; assets with full debug locations only).
 * ``destroy`` calls :func:`_release`.
 
 The library is compiled on first use with the system C++ compiler (``$CXX``,
@@ -77,7 +82,7 @@ BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
 
 _SOURCES = ("CoreAIHostBackend.cpp", "Manifest.h", "coreai_host_abi.h")
 _MAX_RANK = 16
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 
 
 class BuildError(RuntimeError):
@@ -110,7 +115,9 @@ def _compile_command(compiler: str, source: Path, output: Path) -> list[str]:
     include = site / "include"
     lib = site / "lib"
     return [
-        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        # ET_EVENT_TRACER_ENABLED: the event tracer hooks are inline and compile to nothing without it
+        # (the wheel's libexecutorch.so is built with it).
+        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_EVENT_TRACER_ENABLED",
         f"-I{include}", f"-I{include / 'executorch/runtime/core/portable_type/c10'}",
         str(source), "-o", str(output),
         f"-L{lib}", "-lexecutorch", f"-Wl,-rpath,{lib}",
@@ -212,7 +219,7 @@ _SignatureFn = ctypes.CFUNCTYPE(
 # ctypes pointers, and the delegate keys its cached views on them.
 _RunFn = ctypes.CFUNCTYPE(
     ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32,
-    ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+    ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
 )
 _TENSOR_SIZE = ctypes.sizeof(_Tensor)
 _ReleaseFn = ctypes.CFUNCTYPE(None, ctypes.c_int64)
@@ -267,12 +274,18 @@ class _Delegate:
     def name(self) -> str:
         return f"Core AI delegate in method '{self.method}' (asset {self.manifest['hash'][:12]})"
 
-    def run(self, inputs: int, num_inputs: int, outputs: int, num_outputs: int) -> None:
+    def run(self, inputs: int, num_inputs: int, outputs: int, num_outputs: int, tracer: int | None = None) -> None:
+        """One call; with ExecuTorch's event tracer (ETDump on), profiled, one event per node its ops came from."""
         structs = ctypes.string_at(inputs, num_inputs * _TENSOR_SIZE) if num_inputs else b""
         if structs != self.input_structs:
             self.input_views = self._view_inputs(inputs, num_inputs)
             self.input_structs = structs
-        results = self.asset(self.input_views, self.state)
+        if tracer:
+            results, spans = self.asset.profiled(self.input_views, self.state)
+            for node, start, end in spans:
+                _library.coreai_host_log_profiling_delegate(tracer, node.encode(), start, end)
+        else:
+            results = self.asset(self.input_views, self.state)
         if outputs != self.output_address:
             self.output_structs = [_Tensor.from_address(outputs + i * _TENSOR_SIZE) for i in range(num_outputs)]
             self.output_address = outputs
@@ -515,11 +528,12 @@ def _describe(descriptor: Any, out: _Tensor, what: str) -> None:
 
 
 def _run(
-    delegate_id: int, inputs: int, num_inputs: int, outputs: int, num_outputs: int, error: int, capacity: int
+    delegate_id: int, inputs: int, num_inputs: int, outputs: int, num_outputs: int, tracer: int | None,
+    error: int, capacity: int,
 ) -> int:
     try:
         with _one_thread:
-            _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs)
+            _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs, tracer)
         return 0
     except BaseException as e:  # noqa: BLE001
         _report(e, error, capacity)
@@ -579,6 +593,8 @@ def load_runtime_backend() -> list[str]:
         library.coreai_host_set_sidecar_dir.argtypes = [ctypes.c_char_p]
         library.coreai_host_set_sidecar_dir.restype = None
         library.coreai_host_live_delegates.restype = ctypes.c_int64
+        library.coreai_host_log_profiling_delegate.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
+        library.coreai_host_log_profiling_delegate.restype = None
         library.coreai_host_last_error.restype = ctypes.c_char_p
         callbacks = (_LoadFn(_load), _SignatureFn(_signature), _RunFn(_run), _ReleaseFn(_release))
         version = library.coreai_host_set_callbacks(*callbacks)

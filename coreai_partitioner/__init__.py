@@ -42,7 +42,8 @@ The path of a record, from the model to the converter:
    PyTorch.
 
 :func:`lower` and :func:`save_pte` do steps 1 to 4 and write the file for
-the common case.  An LLM decoder (:func:`llm.lower_decoder`, :mod:`.llm`) goes through the
+the common case; :mod:`.recipes` gives the same road as ExecuTorch export
+recipes (``CoreAICompositeRecipeType``).  An LLM decoder (:func:`llm.lower_decoder`, :mod:`.llm`) goes through the
 same steps with 2 and 3 swapped (:mod:`.whole_program`): its one delegate
 takes the whole graph, so it is decomposed once, partitioned and converted
 on ATen IR, and only the casts left around the delegate become edge dialect.

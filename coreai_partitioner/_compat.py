@@ -79,6 +79,7 @@ from executorch.exir._serialize._program import (
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from executorch.exir.program._program import _generate_edge_program as aten_to_edge_program
 from executorch.exir.tracer import _default_decomposition_table as default_decomposition_table
+from executorch.export.stages import _add_delegation_info_context as add_delegation_info
 
 from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
 from executorch.exir.dialects._ops import ops as edge_ops

@@ -24,10 +24,7 @@ FLOATING = (torch.float32, torch.float16, torch.bfloat16)
 def check_dtype(dtype: Any) -> None:
     """Raise unless ``dtype`` is a floating dtype a Core AI delegate computes in."""
     if dtype not in FLOATING:
-        raise ValueError(
-            f"dtype={dtype!r} is not a floating dtype to export in; pass one of "
-            + ", ".join(f"torch.{str(d).split('.')[-1]}" for d in FLOATING)
-        )
+        raise ValueError(f"dtype={dtype!r} is not a floating dtype to export in; pass one of {', '.join(map(str, FLOATING))}")
 
 
 def cast_sample(sample: Sequence[Any], dtype: torch.dtype) -> tuple[Any, ...]:

@@ -23,13 +23,14 @@ setup(
         "coreai_partitioner.llm.families",
         "coreai_partitioner.backends",
         "coreai_partitioner.backends.apple_coreai",
+        "coreai_partitioner.backends.apple_coreai.runtime",
     ],
     package_dir={
         "coreai_partitioner": "coreai_partitioner",
         "coreai_partitioner.backends": "backends",
     },
     # The host Core AI runtime backend is compiled from these on first use.
-    package_data={"coreai_partitioner.backends.apple_coreai": ["runtime/*.cpp", "runtime/*.h"]},
+    package_data={"coreai_partitioner.backends.apple_coreai.runtime": ["*.cpp", "*.h"]},
     install_requires=[
         "torch==2.13.0",
         "executorch==1.5.1",

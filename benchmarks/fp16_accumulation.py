@@ -53,7 +53,7 @@ def relative_errors(module: torch.nn.Module, *inputs: torch.Tensor) -> tuple[flo
     """(Core AI runtime, PyTorch) fp16 error of ``module`` against its fp64 result."""
     from coreai_torch import TorchConverter, get_decomp_table
 
-    from coreai_partitioner.runtime import LoadedAsset
+    from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset
 
     module = module.half().eval()
     halves = tuple(x.half() for x in inputs)

@@ -331,8 +331,8 @@ def _oneshot(model: Any, shapes: Any, out: Path, profile: Profile) -> Path:
 
 def summarize(out: Path, profile: Profile) -> None:
     """Read the .pte back and summarize its assets' IR, as ``python -m coreai_partitioner inspect`` does."""
-    from coreai_partitioner.assets import asset_ir, summarize_ir
-    from coreai_partitioner.pte import read_pte
+    from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir
+    from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 
     with profile.phase("summary"):
         with profile.phase("read_pte"):

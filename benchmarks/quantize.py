@@ -88,7 +88,7 @@ def measure(config_name: str, scheme: str, chunk: int, context: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from coreai_partitioner import llm, save_pte
-    from coreai_partitioner.pte import read_pte
+    from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(_config(config_name), dtype=torch.float16).eval()

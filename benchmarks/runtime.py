@@ -53,8 +53,8 @@ from coreai_partitioner import (  # noqa: E402
     host_runtime,
     verify,
 )
-from coreai_partitioner.pte import read_pte  # noqa: E402
-from coreai_partitioner.runtime import LoadedAsset  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_torch.composite_ops import RMSNorm  # noqa: E402
 
 

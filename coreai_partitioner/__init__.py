@@ -37,10 +37,13 @@ The path of a record, from the model to the converter:
 5. **Run and verify** (:func:`load_runtime_backend`, :mod:`.verify`,
    ``python -m coreai_partitioner``).  ExecuTorch's own runtime runs the
    ``.pte`` here, its Core AI delegates on coreai-core's runtime (Linux CPU
-   included), and the outputs are compared with eager PyTorch.
+   included), through the host backend whose C++ and Python halves live in
+   ``backends/apple_coreai/runtime/``; the outputs are compared with eager
+   PyTorch.
 
 :func:`lower` and :func:`save_pte` do steps 1 to 4 and write the file for
-the common case.  An LLM decoder (:func:`llm.lower_decoder`, :mod:`.llm`) goes through the
+the common case; :mod:`.recipes` gives the same road as ExecuTorch export
+recipes (``CoreAICompositeRecipeType``).  An LLM decoder (:func:`llm.lower_decoder`, :mod:`.llm`) goes through the
 same steps with 2 and 3 swapped (:mod:`.whole_program`): its one delegate
 takes the whole graph, so it is decomposed once, partitioned and converted
 on ATen IR, and only the casts left around the delegate become edge dialect.
@@ -54,7 +57,7 @@ from . import _compat, verify  # noqa: E402
 from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config  # noqa: E402
 from .externalize import ExternalizedModules, externalize_modules  # noqa: E402
 from .lowering import export_with_composites, lower, lower_exported, save_pte  # noqa: E402
-from .host_runtime import load_runtime_backend  # noqa: E402
+from .backends.apple_coreai.runtime.host import load_runtime_backend  # noqa: E402
 from .partitioner import CoreAIPartitioner  # noqa: E402
 from .passes import get_default_passes  # noqa: E402
 from .specs import default_specs, spec_for  # noqa: E402
@@ -78,6 +81,21 @@ __all__ = [
 ]
 
 del _compat
+
+
+def _keep_moved_module_paths() -> None:
+    """The runtime's Python half lives beside its C++ half now; its old module paths name the same modules."""
+    import importlib
+    import sys
+
+    moved = {"host_runtime": "host", "runtime": "loaded_asset", "pte": "pte", "assets": "asset_ir"}
+    for old, new in moved.items():
+        module = importlib.import_module(f"{__name__}.backends.apple_coreai.runtime.{new}")
+        sys.modules[f"{__name__}.{old}"] = module
+        globals()[old] = module
+
+
+_keep_moved_module_paths()
 
 
 def __getattr__(name: str):

@@ -52,12 +52,12 @@ from executorch.backends.apple.coreai.compiler.preprocess import (
     AssetPackaging,
     _aot_compile_options as aot_compile_options,
     _compiled_arch_bundles as compiled_arch_bundles,
-    _deliver as deliver,
     _get_compile_spec as get_compile_spec,
     _maybe_warn_sidecar_env_ignored as maybe_warn_sidecar_env_ignored,
     _min_os_version as min_os_version,
     _nds_key as named_data_key,
     _os_version_text as os_version_text,
+    _reject_existing_asset_dir as reject_existing_asset_dir,
 )
 from executorch.backends.apple.coreai.partition.partitioner import (
     DO_NOT_DELEGATE_TAG,
@@ -79,6 +79,7 @@ from executorch.exir._serialize._program import (
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from executorch.exir.program._program import _generate_edge_program as aten_to_edge_program
 from executorch.exir.tracer import _default_decomposition_table as default_decomposition_table
+from executorch.export.stages import _add_delegation_info_context as add_delegation_info
 
 from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
 from executorch.exir.dialects._ops import ops as edge_ops
@@ -189,9 +190,14 @@ def has_forward_hooks(module: torch.nn.Module) -> bool:
     return bool(module._forward_hooks or module._forward_pre_hooks)
 
 
+def coreai_graph(program: Any, entrypoint: str) -> Any:
+    """One entrypoint's graph of a coreai-core ``AIProgram`` (``arg_attrs``, ``res_attrs``, ``function_type``)."""
+    return program._get_graph(entrypoint)
+
+
 def graph_function_type(program: Any, entrypoint: str) -> Any:
     """The MLIR function type of one entrypoint of a coreai-core ``AIProgram``."""
-    return program._get_graph(entrypoint).function_type.value
+    return coreai_graph(program, entrypoint).function_type.value
 
 
 def coreai_types() -> Any:
@@ -206,21 +212,33 @@ def coreai_types() -> Any:
 
 class _GetGraphProgram:
     """An ``AIProgram`` with ``get_graph``: coreai-core 1.0.0b3 renamed it ``_get_graph``
-    and upstream's enumerated_shapes still calls the old name."""
+    and upstream's enumerated_shapes still calls the old name.  It keeps the shape
+    configuration upstream attaches, which upstream's later releases return."""
 
     def __init__(self, program: Any) -> None:
         self._program = program
+        self.shapes: dict[str, dict[str, tuple]] = {}
 
     def get_graph(self, entrypoint: str) -> Any:
         return self._program._get_graph(entrypoint)
+
+    def set_static_shape_config(self, entrypoint: str, shapes: dict) -> None:
+        self.shapes = dict(shapes)
+        self._program.set_static_shape_config(entrypoint, shapes)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._program, name)
 
 
-def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict) -> None:
-    """Upstream's enumerated-shape attachment, on a coreai-core 1.0.0b3 ``AIProgram``."""
-    _apply_enumerated_shapes(_GetGraphProgram(program), edge_program, enumerations)
+def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict) -> dict[str, dict[str, tuple]]:
+    """Upstream's enumerated-shape attachment, on a coreai-core 1.0.0b3 ``AIProgram``.
+
+    Returns ``{specialization key: {input name: shape}}`` (empty when nothing
+    was specialized); the function of key ``k`` is ``main_<k>``.
+    """
+    wrapped = _GetGraphProgram(program)
+    _apply_enumerated_shapes(wrapped, edge_program, enumerations)
+    return wrapped.shapes
 
 
 def run_coreai_build(aimodel: Any, out_dir: Any, options: dict) -> None:
@@ -258,6 +276,11 @@ def coreai_asset_api() -> Any:
         bytecode_version=_asset._CURRENT_BYTECODE_VERSION,
         producer=_asset._COREAI_PRODUCER,
     )
+
+
+def runtime_debug_infos(model: Any) -> bytes:
+    """A loaded ``coreai.runtime.AIModel``'s debug information (JSON: each compiled op's sources and call stack)."""
+    return model._model._debug_infos
 
 
 def mlir_module(program: Any) -> Any:

@@ -1,10 +1,12 @@
 """Code mirrored from upstream with small changes, in one place.
 
 Each piece names what it mirrors and why it differs.  Mirrors
-executorch 1.5.1 (``backends/apple/coreai``), coreai-torch 0.4.3
-(``converter.py``, ``externalize.py``) and coreai-core 1.0.0b3
-(``authoring/asset.py``): on the next release of any of them, diff this file
-against theirs.  Private names come from :mod:`coreai_partitioner._compat`.
+executorch 1.5.1 (``backends/apple/coreai``), the Core AI manifest of
+executorch main at e827bd84 (version 2, which upstream's on-device runtime
+reads; 1.5.1 predates it), coreai-torch 0.4.3 (``converter.py``,
+``externalize.py``) and coreai-core 1.0.0b3 (``authoring/asset.py``): on the
+next release of any of them, diff this file against theirs.  Private names
+come from :mod:`coreai_partitioner._compat`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Callable
+import shutil
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,23 +72,24 @@ def sidecar_dir(compile_specs: list[CompileSpec]) -> str | None:
 
 
 def deliver_aot_compiled(
-    aimodel: Path, model_hash: str, compile_specs: list[CompileSpec], sidecar: str | None
+    aimodel: Path, model_hash: str, compile_specs: list[CompileSpec], sidecar: str | None, bindings: dict[str, Any]
 ) -> PreprocessResult:
     """Upstream's ``_preprocess_aot_compiled``, from an asset already on disk.
 
     ``xcrun coreai-build`` exists only on macOS; upstream's own error says so
-    when it is missing.
+    when it is missing.  The bundles land beside ``aimodel``'s directory.
     """
     options: dict[str, Any] = _compat.aot_compile_options(compile_specs)
-    compiled = aimodel.parent / "compiled"
+    compiled = aimodel.parent.parent / "compiled"
     compiled.mkdir()
     _compat.run_coreai_build(aimodel, compiled, options)
     packaging = _compat.AssetPackaging
-    return _compat.deliver(
+    return deliver(
         compiled,
         model_hash,
         packaging.AOT_COMPILED_SIDECAR if sidecar else packaging.AOT_COMPILED_INLINE,
         {
+            **bindings,
             "platform": options["platform"],
             "min_deployment_version": options["min_deployment_version"],
             "archs": {
@@ -94,6 +99,221 @@ def deliver_aot_compiled(
         },
         sidecar,
     )
+
+
+# ------------------------------------------------- executorch main @e827bd84: manifest version 2
+#
+# ``compiler/preprocess.py`` (bindings, ``_deliver``), ``compiler/io_compat.py``
+# (``coreai_io_names``) and ``compiler/asset_manifest.py`` (files, digests).
+# Upstream's on-device runtime refuses a manifest without them; its bundle
+# digest is the key of the device's compiled-model cache, so it must change
+# whenever any byte of the bundle does.
+
+MANIFEST_VERSION = 2
+MAIN_ENTRYPOINT = "main"
+_DIGEST_DOMAIN = b"ExecuTorch.CoreAI.raw-assets.sha256.v1\0"
+_CHUNK_BYTES = 1 << 20
+
+
+def coreai_io_names(program: Any) -> tuple[list[str], list[str]]:
+    """The main graph's argument and result names (``coreai.name``), in graph order.
+
+    State arguments and their token results are included, as upstream writes them.
+    """
+    graph = _compat.coreai_graph(program, MAIN_ENTRYPOINT)
+    function_type = graph.function_type.value
+    names = []
+    for kind, attrs, types in (
+        ("input", graph.arg_attrs, function_type.inputs),
+        ("output", graph.res_attrs, function_type.results),
+    ):
+        ordered = [a["coreai.name"].value for a in attrs if "coreai.name" in a]
+        if len(ordered) != len(types) or not all(ordered) or len(set(ordered)) != len(ordered):
+            raise ValueError(f"Core AI {kind} names must be complete and unique")
+        names.append(ordered)
+    return names[0], names[1]
+
+
+def bindings(
+    input_names: list[str],
+    output_names: list[str],
+    *,
+    stateful: bool,
+    specializations: dict[str, dict[str, tuple]] | None = None,
+) -> dict[str, Any]:
+    """The manifest's runtime bindings: names, the function (or enumerated functions), what the device refuses."""
+    fields: dict[str, Any] = {"version": MANIFEST_VERSION, "input_names": input_names, "output_names": output_names}
+    if specializations:
+        fields["functions"] = [
+            {"name": f"{MAIN_ENTRYPOINT}_{key}", "input_shapes": {name: list(shape) for name, shape in shapes.items()}}
+            for key, shapes in specializations.items()
+        ]
+        fields["runtime_supported"] = False
+        fields["runtime_unsupported_reason"] = "enumerated_shapes"
+    else:
+        fields["function"] = MAIN_ENTRYPOINT
+    if stateful:
+        fields["runtime_supported"] = False
+        fields["runtime_unsupported_reason"] = "stateful"
+    return fields
+
+
+def _check_component(name: Any) -> None:
+    if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+        raise ValueError(f"unsafe Core AI asset path component: {name!r}")
+    name.encode("utf-8")
+
+
+def _utf8(name: str) -> bytes:
+    return name.encode("utf-8")
+
+
+def declared_bundles(manifest: dict[str, Any]) -> list[str]:
+    """The bundle directories a manifest declares (``model.aimodel``, ``model.<arch>.aimodelc``), in UTF-8 order."""
+    model_hash = manifest["hash"]
+    _check_component(model_hash)
+    packaging = manifest["packaging"]
+    if packaging in ("inline", "sidecar"):
+        bundles = {"model.aimodel": manifest["path"]}
+    elif packaging in ("aot_compiled_inline", "aot_compiled_sidecar"):
+        archs = manifest["archs"]
+        if not isinstance(archs, dict) or not archs:
+            raise ValueError("Core AI assets require declared architectures")
+        for arch in archs:
+            _check_component(arch)
+        bundles = {f"model.{arch}.aimodelc": path for arch, path in archs.items()}
+    else:
+        raise ValueError(f"unknown Core AI asset packaging: {packaging!r}")
+    for bundle, path in bundles.items():
+        if path != f"{model_hash}/{bundle}":
+            raise ValueError(f"invalid declared Core AI bundle path: {path!r}")
+    return sorted(bundles, key=_utf8)
+
+
+def bundle_digest(files: Iterable[tuple[str, int, Iterable[bytes]]]) -> str:
+    """The digest of one bundle: ``(path under the asset root, size, its bytes in chunks)`` per file.
+
+    Domain-separated SHA-256 over the file count, then per file in UTF-8
+    order of its path: the path's length and bytes, the size, the contents
+    (all lengths 8-byte big-endian).  Lowercase hex.
+    """
+    ordered = sorted(files, key=lambda file: _utf8(file[0]))
+    digest = hashlib.sha256(_DIGEST_DOMAIN)
+    digest.update(len(ordered).to_bytes(8, "big"))
+    for relative, size, chunks in ordered:
+        name = _utf8(relative)
+        digest.update(len(name).to_bytes(8, "big") + name + size.to_bytes(8, "big"))
+        read = 0
+        for chunk in chunks:
+            digest.update(chunk)
+            read += len(chunk)
+        if read != size:
+            raise ValueError(f"Core AI asset file {relative} has {read} bytes, {size} were declared")
+    return digest.hexdigest()
+
+
+def file_chunks(path: Path) -> Iterator[bytes]:
+    """A file's bytes in 1 MiB chunks, read as they are hashed."""
+    with open(path, "rb") as source:
+        while chunk := source.read(_CHUNK_BYTES):
+            yield chunk
+
+
+def bundle_files(root: Path, bundle: str) -> list[tuple[str, Path, int]]:
+    """``(path under root, file, size)`` of every file in the bundle ``root/bundle``, in UTF-8 order.
+
+    The bundle must be a real directory of regular files and directories,
+    each name a safe path component, and hold at least one file.
+    """
+    top = root / bundle
+    if not stat.S_ISDIR(top.lstat().st_mode):
+        raise ValueError(f"Core AI bundle must be a non-symlink directory: {top}")
+    files: list[tuple[str, Path, int]] = []
+    pending = [top]
+    while pending:
+        path = pending.pop()
+        _check_component(path.name)
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            pending.extend(path.iterdir())
+        elif stat.S_ISREG(info.st_mode):
+            files.append((path.relative_to(root).as_posix(), path, info.st_size))
+        else:
+            raise ValueError(f"Core AI assets reject symlinks and special files: {path}")
+    if not files:
+        raise ValueError(f"Core AI bundle contains no files: {top}")
+    return sorted(files, key=lambda file: _utf8(file[0]))
+
+
+def collect_asset_metadata(
+    root: Path, manifest: dict[str, Any], register: Callable[[str, Path], None] | None = None
+) -> dict[str, Any]:
+    """Upstream's ``collect_asset_metadata``: ``version``, ``files`` (sizes) and ``bundle_digests`` of ``root``.
+
+    ``root`` must hold exactly the bundles ``manifest`` declares, real
+    directories of regular files.  ``register(path under root, file)`` is
+    called once per file after it is hashed (inline delivery stores it).
+    """
+    bundles = declared_bundles(manifest)
+    if not stat.S_ISDIR(root.lstat().st_mode):
+        raise ValueError(f"Core AI asset root must be a non-symlink directory: {root}")
+    if {path.name for path in root.iterdir()} != set(bundles):
+        raise ValueError("Core AI asset root must contain exactly the declared bundles")
+    sizes: dict[str, int] = {}
+    digests: dict[str, str] = {}
+    for bundle in bundles:
+        files = bundle_files(root, bundle)
+        digests[bundle] = bundle_digest((relative, size, file_chunks(path)) for relative, path, size in files)
+        for relative, path, size in files:
+            sizes[relative] = size
+            if register is not None:
+                register(relative, path)
+    return {"version": MANIFEST_VERSION, "files": sizes, "bundle_digests": digests}
+
+
+def deliver(
+    root: Path,
+    model_hash: str,
+    packaging: Any,
+    manifest_extra: dict[str, Any],
+    sidecar: str | None,
+    beside: Path | None = None,
+) -> PreprocessResult:
+    """Upstream's ``_deliver``: ship the bundles in ``root`` inline or as a sidecar, with their manifest.
+
+    ``beside`` holds files that travel with the asset under ``<hash>/`` but
+    belong to no bundle (initial state values): named data
+    ``coreai/<hash>/<path>`` inline, ``<hash>/<path>`` in the sidecar,
+    outside ``files`` and ``bundle_digests``.
+    """
+    manifest = {"packaging": packaging.value, "hash": model_hash, **manifest_extra}
+    if sidecar is None:
+        return deliver_inline(root, model_hash, manifest, beside)
+    return deliver_sidecar(root, model_hash, manifest, sidecar, beside)
+
+
+def deliver_sidecar(
+    root: Path, model_hash: str, manifest: dict[str, Any], sidecar: str, beside: Path | None = None
+) -> PreprocessResult:
+    """The sidecar half of upstream's ``_deliver``: staged in ``.<hash>.partial``, renamed to ``<hash>/``."""
+    destination = Path(sidecar) / model_hash
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    _compat.reject_existing_asset_dir(destination)
+    pending = destination.with_name(f".{model_hash}.partial")
+    if pending.exists():
+        shutil.rmtree(pending)
+    try:
+        pending.mkdir(parents=True)
+        for bundle in sorted(root.iterdir()):
+            shutil.move(str(bundle), str(pending / bundle.name))
+        manifest.update(collect_asset_metadata(pending, manifest))
+        for entry in sorted(beside.iterdir()) if beside is not None and beside.is_dir() else ():
+            shutil.move(str(entry), str(pending / entry.name))
+        pending.rename(destination)
+    except BaseException:
+        shutil.rmtree(pending, ignore_errors=True)
+        raise
+    return PreprocessResult(processed_bytes=json.dumps(manifest).encode("utf-8"))
 
 
 # ----------------------------------------------------------- coreai-torch 0.4.3
@@ -285,12 +505,14 @@ class KernelCopiedData(_compat.FileBackedData):
         outfile.seek(start + sent)  # the buffered writer learns where the descriptor now is
 
 
-def deliver_inline(staging: Path, model_hash: str, manifest_extra: dict[str, Any]) -> PreprocessResult:
-    """Upstream ``_deliver`` + ``_embed_dir_inline``, with the asset's large files left on disk.
+def deliver_inline(
+    root: Path, model_hash: str, manifest: dict[str, Any], beside: Path | None = None
+) -> PreprocessResult:
+    """The inline half of upstream's ``_deliver``, with the asset's large files left on disk.
 
     Upstream reads every file of the staged asset into ``bytes``, so each
     delegate's weights stay in memory once more until the ``.pte`` is written.
-    Here a file over 1 MiB is moved out of ``staging`` (which the caller
+    Here a file over 1 MiB is moved out of ``root`` (which the caller
     deletes) into a temporary file owned by a :class:`KernelCopiedData`:
     the NamedDataStore streams it into the ``.pte`` at ``write_to_file`` and
     deletes it when the lowered program is released.  Keys, alignment and
@@ -299,12 +521,8 @@ def deliver_inline(staging: Path, model_hash: str, manifest_extra: dict[str, Any
     import tempfile
 
     store = _compat.NamedDataStore()
-    files = []
-    for path in sorted(staging.rglob("*")):
-        if not path.is_file():
-            continue
-        relative = path.relative_to(staging).as_posix()
-        files.append(relative)
+
+    def register(relative: str, path: Path) -> None:
         if path.stat().st_size <= IN_MEMORY_MAX_BYTES:
             data: Any = path.read_bytes()
         else:
@@ -313,7 +531,11 @@ def deliver_inline(staging: Path, model_hash: str, manifest_extra: dict[str, Any
             os.replace(path, owned)
             data = KernelCopiedData(owned, cleanup=True)
         store.add_named_data(_compat.named_data_key(model_hash, relative), data, alignment=_compat.ASSET_ALIGNMENT)
-    manifest = {"files": files, "packaging": _compat.AssetPackaging.INLINE.value, "hash": model_hash, **manifest_extra}
+
+    manifest = {**manifest, **collect_asset_metadata(root, manifest, register)}
+    for path in sorted(beside.rglob("*")) if beside is not None else ():
+        if path.is_file():
+            register(path.relative_to(beside).as_posix(), path)
     return PreprocessResult(
         processed_bytes=json.dumps(manifest).encode("utf-8"),
         data_store_output=store.get_named_data_store_output(),

@@ -17,8 +17,8 @@ from typing import Any
 
 from tabulate import tabulate
 
-from .assets import AssetSummary, asset_ir, summarize_ir
-from .pte import Delegate, read_pte
+from .backends.apple_coreai.runtime.asset_ir import AssetSummary, asset_ir, summarize_ir
+from .backends.apple_coreai.runtime.pte import Delegate, read_pte
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

@@ -23,6 +23,7 @@ from ._compat import ExternalizeSpec, get_default_compile_config
 from .externalize import ExternalizedModules, externalize_modules
 from .partitioner import CoreAIPartitioner
 from .passes import get_default_passes
+from .precision import cast_sample, check_dtype, floating_as
 from .specs import default_specs
 
 #: A program ready to lower: what :func:`export_with_composites` returns.
@@ -35,22 +36,56 @@ def export_with_composites(
     *,
     specs: Sequence[type | ExternalizeSpec] | None = None,
     dynamic_shapes: Any = None,
+    dtype: torch.dtype | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
 ) -> Exported:
     """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
 
     ``specs`` defaults to :func:`default_specs`; ``dynamic_shapes`` is
-    ``torch.export.export``'s.  Returns the program and its records.
+    ``torch.export.export``'s.  ``dtype`` exports the model's floating weights,
+    buffers and sample in that dtype (the model itself is left as it is;
+    :mod:`.precision`).  ``quantize`` (``"int8"``, ``"int4"`` or a coreai-opt
+    ``QuantizerConfig``) quantizes the weights outside the composites with
+    :func:`coreai_partitioner.quantize.quantize`, leaving ``keep_float``
+    layers in floating point.  Returns the program and its records.
     """
     from coreai_torch import get_decomp_table
 
-    sample = tuple(sample)
+    if dtype is not None:
+        check_dtype(dtype)
+    if quantize is not None:
+        _check_quantize(quantize)
+    sample = tuple(sample) if dtype is None else cast_sample(sample, dtype)
 
     def export_fn(module: torch.nn.Module) -> ExportedProgram:
         with torch.no_grad():
             program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
-        return program.run_decompositions(get_decomp_table())
+        return program if quantize is not None else program.run_decompositions(get_decomp_table())
 
-    return externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
+    with floating_as(model, dtype):
+        program, records = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
+    if quantize is not None:
+        from .quantize import quantize as quantize_weights
+
+        program = quantize_weights(
+            program, quantize, records=records, example_inputs=sample, dynamic_shapes=dynamic_shapes, keep_float=keep_float
+        )
+    return program, records
+
+
+def _check_quantize(scheme: Any) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("coreai_opt") is None:
+        raise ValueError("quantize= needs coreai-opt: pip install 'coreai-partitioner[quantize]'")
+    from .quantize import SCHEMES
+
+    if isinstance(scheme, str) and scheme not in SCHEMES:
+        raise ValueError(
+            f"quantize={scheme!r} is not a scheme; choose one of {', '.join(map(repr, SCHEMES))}, "
+            "or pass a coreai_opt.quantization.QuantizerConfig"
+        )
 
 
 def lower_exported(
@@ -58,6 +93,7 @@ def lower_exported(
     *,
     transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
+    generate_etrecord: bool = False,
     **partitioner_options: Any,
 ) -> Any:
     """``to_edge_transform_and_lower`` with one :class:`CoreAIPartitioner` per method.
@@ -65,7 +101,9 @@ def lower_exported(
     ``programs`` is one ``(program, records)`` pair (the method ``forward``)
     or ``{method: (program, records)}``.  ``transform`` runs on each program
     before lowering (quantization, say); records stay valid, since call sites
-    are found by op target.  Returns the ``EdgeProgramManager``.
+    are found by op target.  ``generate_etrecord`` is ExecuTorch's: the
+    ``to_executorch()`` result's ``get_etrecord()`` returns it (it holds
+    copies of the programs, weights included).  Returns the ``EdgeProgramManager``.
     """
     from executorch.exir import to_edge_transform_and_lower
 
@@ -83,6 +121,7 @@ def lower_exported(
         compile_config=get_default_compile_config(),
         transform_passes=get_default_passes(),
         constant_methods=dict(constant_methods) if constant_methods else None,
+        generate_etrecord=generate_etrecord,
     )
 
 
@@ -92,18 +131,31 @@ def lower(
     *,
     specs: Sequence[type | ExternalizeSpec] | None = None,
     dynamic_shapes: Any = None,
+    dtype: torch.dtype | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
     transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
+    generate_etrecord: bool = False,
     **partitioner_options: Any,
 ) -> Any:
     """Export ``model`` on ``sample`` with its composites and lower it for Core AI.
 
-    :func:`export_with_composites` then :func:`lower_exported`; the options of
-    both, and every :class:`CoreAIPartitioner` option.  Returns the
-    ``EdgeProgramManager`` (``.to_executorch()``, or :func:`save_pte`).
+    :func:`export_with_composites` (``dtype``, ``quantize``) then
+    :func:`lower_exported`; the options of both, and every
+    :class:`CoreAIPartitioner` option.  Returns the ``EdgeProgramManager``
+    (``.to_executorch()``, or :func:`save_pte`).
     """
-    exported = export_with_composites(model, sample, specs=specs, dynamic_shapes=dynamic_shapes)
-    return lower_exported(exported, transform=transform, constant_methods=constant_methods, **partitioner_options)
+    exported = export_with_composites(
+        model, sample, specs=specs, dynamic_shapes=dynamic_shapes, dtype=dtype, quantize=quantize, keep_float=keep_float
+    )
+    return lower_exported(
+        exported,
+        transform=transform,
+        constant_methods=constant_methods,
+        generate_etrecord=generate_etrecord,
+        **partitioner_options,
+    )
 
 
 def save_pte(lowered: Any, path: str | os.PathLike) -> Path:

@@ -3,7 +3,7 @@
 Every Core AI delegate runs from the asset that actually ships: the bytes in
 the ``.pte``'s named data (or the lowered module's, before serialization), or
 the sidecar directory.  Nothing is converted again.  A ``.pte`` runs in
-ExecuTorch's own runtime (the host Core AI backend, :mod:`coreai_partitioner.host_runtime`);
+ExecuTorch's own runtime (the host Core AI backend, :mod:`coreai_partitioner.backends.apple_coreai.runtime.host`);
 an in-memory program runs its operators outside the delegates in PyTorch.
 
     from coreai_partitioner import verify
@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
 from . import _compat
-from .runtime import LoadedAsset
+from .backends.apple_coreai.runtime.loaded_asset import LoadedAsset
+from .backends.apple_coreai.runtime.pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ _compiled: dict[str, LoadedAsset] = {}
 
 def compiled_assets() -> int:
     """How many assets this process has compiled (and keeps) for running: in-memory programs' and loaded ``.pte`` delegates'."""
-    from . import host_runtime
+    from .backends.apple_coreai.runtime import host as host_runtime
 
     return len(_compiled) + host_runtime.live_delegates()
 
@@ -84,7 +84,9 @@ def _load(
     if asset is None:
         with tempfile.TemporaryDirectory() as directory:
             sidecar = sidecar_dir if sidecar_dir is not None else os.environ.get("COREAI_SIDECAR_DIR")
-            asset = _compiled[key] = LoadedAsset(materialize(manifest, files(), directory, sidecar_dir=sidecar))
+            asset = LoadedAsset(materialize(manifest, files(), directory, sidecar_dir=sidecar))
+        asset.bind(manifest["input_names"], manifest["output_names"])
+        _compiled[key] = asset
     return asset
 
 
@@ -128,7 +130,7 @@ def _initial_state(manifest: dict[str, Any], files: Callable[[], dict], sidecar_
     Never the lowered program's buffers themselves: they are the exported
     module's, and running that module (an eager reference) writes them.
     """
-    from .host_runtime import initial_values
+    from .backends.apple_coreai.runtime.host import initial_values
 
     if not manifest.get("initial_state"):
         return {}
@@ -205,7 +207,7 @@ _programs: dict[str, Any] = {}
 
 def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
     """Run a method of a ``.pte`` in ExecuTorch's runtime, Core AI delegates on the host backend."""
-    from . import host_runtime
+    from .backends.apple_coreai.runtime import host as host_runtime
 
     key = hashlib.sha256(data).hexdigest()
     program = _programs.get(key)

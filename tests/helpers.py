@@ -9,9 +9,9 @@ import torch
 from coreai_torch import get_decomp_table
 
 from coreai_partitioner import export_with_composites, lower_exported
-from coreai_partitioner import assets
-from coreai_partitioner.pte import PteContents, read_pte
-from coreai_partitioner.runtime import LoadedAsset
+from coreai_partitioner.backends.apple_coreai.runtime import asset_ir as assets
+from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset
+from coreai_partitioner.backends.apple_coreai.runtime.pte import PteContents, read_pte
 from coreai_torch.composite_ops import RMSNorm
 
 

@@ -15,7 +15,7 @@ from helpers import asset_ir, assert_close, lower, run_delegate, seeded, to_pte,
 
 from coreai_partitioner import CoreAIPartitioner, do_not_delegate, get_default_compile_config, verify
 from coreai_partitioner.backends.apple_coreai import BACKEND_ID, CoreAICompositeBackend
-from coreai_partitioner.pte import read_pte
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 from coreai_torch.composite_ops import RMSNorm
 
 pytestmark = pytest.mark.slow

@@ -21,11 +21,11 @@ from coreai_partitioner import (
     export_with_composites,
     get_default_compile_config,
     get_default_passes,
-    host_runtime,
     load_runtime_backend,
     verify,
 )
-from coreai_partitioner.pte import read_pte
+from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 from coreai_torch.composite_ops import RMSNorm
 
 pytestmark = pytest.mark.slow
@@ -185,8 +185,8 @@ def test_a_second_thread_entering_a_delegate_while_one_runs_is_refused_and_the_p
     # leave ExecuTorch after it (the order that corrupted std::cout).
     script = (
         "import sys, threading, torch\n"
-        "from coreai_partitioner import host_runtime\n"
-        "from coreai_partitioner.runtime import LoadedAsset\n"
+        "from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime\n"
+        "from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset\n"
         "x = torch.randn(2, 4, 16)\n"
         "first, second = host_runtime.load_program(sys.argv[1]), host_runtime.load_program(sys.argv[1])\n"
         "method, other = first.load_method('forward'), second.load_method('forward')\n"
@@ -335,14 +335,14 @@ def test_a_truncated_or_corrupt_manifest_is_refused_with_the_delegate_named(two_
     assert "CoreAICompositeBackend delegate in method 'forward'" in load_error(garbage)
 
 
-def test_an_asset_path_leaving_its_directory_is_refused(two_norms_pte):
+def test_an_asset_path_other_than_its_hashs_bundle_is_refused(two_norms_pte):
     _, _, pte = two_norms_pte
     manifest = read_pte(pte).coreai_delegates()[0].manifest
     digest = manifest["hash"]
     dotdot = replace_once(pte, f'"{digest}/model.aimodel"'.encode(), f'"{digest}/../../../../x"'.encode())
-    assert "does not stay inside" in load_error(dotdot)
+    assert "is not '<hash>/model.aimodel'" in load_error(dotdot)
     absolute = replace_once(pte, f'"path": "{digest}'.encode(), f'"path": "/{digest[1:]}'.encode())
-    assert "does not stay inside" in load_error(absolute)
+    assert "is not '<hash>/model.aimodel'" in load_error(absolute)
 
 
 def test_a_file_the_named_data_does_not_hold_is_refused(two_norms_pte):
@@ -356,7 +356,7 @@ def test_a_corrupt_inline_asset_is_refused_before_the_core_ai_runtime_sees_it(tw
     program_bytes = bytes(read_pte(pte).coreai_delegates()[0].files["model.aimodel/main.mlirb"])
     middle = len(program_bytes) // 2
     corrupt = replace_once(pte, program_bytes, program_bytes[:middle] + b"\xff" * 16 + program_bytes[middle + 16 :])
-    assert "does not match its hash" in load_error(corrupt)
+    assert "do not match the bundle digest of its manifest" in load_error(corrupt)
 
 
 def test_a_truncated_pte_is_an_error(two_norms_pte):
@@ -390,8 +390,15 @@ def test_missing_or_deleted_sidecar_and_a_symlink_out_are_refused(tmp_path):
     (elsewhere / digest).symlink_to(build / digest)  # the asset is there, but outside the sidecar directory
     assert "outside the sidecar directory" in load_error(pte, sidecar_dir=elsewhere)
 
-    (build / digest / "model.aimodel" / "main.mlirb").write_bytes(b"\0" * 64)
-    assert "does not match its hash" in load_error(pte, sidecar_dir=build)
+    program = build / digest / "model.aimodel" / "main.mlirb"
+    original = program.read_bytes()
+    program.write_bytes(original[:-1] + bytes([original[-1] ^ 1]))  # same size, one bit changed
+    assert "do not match the bundle digest of its manifest" in load_error(pte, sidecar_dir=build)
+    program.write_bytes(b"\0" * 64)
+    assert "its manifest lists" in load_error(pte, sidecar_dir=build)
+    (build / digest / "model.aimodel" / "extra.bin").write_bytes(original)
+    program.write_bytes(original)
+    assert "its manifest lists" in load_error(pte, sidecar_dir=build)
 
     shutil.rmtree(build / digest)
     assert "not found" in load_error(pte, sidecar_dir=build)
@@ -424,7 +431,7 @@ def test_loading_without_registering_the_python_side_fails_cleanly(two_norms_pte
     path.write_bytes(pte)
     script = (
         "import ctypes, os, sys\n"
-        "from coreai_partitioner import host_runtime\n"
+        "from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime\n"
         "from executorch.runtime import Runtime\n"
         "Runtime.get()\n"
         "ctypes.CDLL(str(host_runtime.library_path()), os.RTLD_GLOBAL)\n"

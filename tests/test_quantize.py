@@ -26,8 +26,8 @@ from coreai_partitioner import (  # noqa: E402
     verify,
 )
 from coreai_partitioner import llm as coreai_llm  # noqa: E402
-from coreai_partitioner.assets import asset_ir, summarize_ir  # noqa: E402
-from coreai_partitioner.pte import read_pte  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_partitioner.quantize import DECOMPRESS_OP, QuantizationError, check, quantize  # noqa: E402
 
 pytestmark = pytest.mark.slow

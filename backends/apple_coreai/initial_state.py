@@ -3,12 +3,13 @@
 A delegate that took over a mutable buffer (``take_over_mutable_buffer``, e.g.
 a KV cache) keeps it as Core AI state, and the asset declares the state's
 shape but not its value: a runtime starts it at zero.  A buffer that starts
-anywhere else ships its value beside the asset, in the staging directory
-delivery reads from, so it lands in the ``.pte``'s named data
-(``coreai/<hash>/initial_state/<digest>.bin``) or in the sidecar's
-``<hash>/`` directory.  The manifest says which file is which state:
+anywhere else ships its value beside the asset's bundle, in the ``.pte``'s
+named data (``coreai/<hash>/initial_state/<digest>.bin``) or in the sidecar's
+``<hash>/`` directory, outside the bundle's ``files`` and ``bundle_digests``
+(which cover the bundle alone, as upstream's runtime requires).  The manifest
+says which file is which state, and its SHA-256:
 
-    "initial_state": {"<state name>": {"file": "initial_state/<digest>.bin",
+    "initial_state": {"<state name>": {"file": "initial_state/<digest>.bin", "sha256": "<hex>",
                                        "dtype": "float32", "shape": [1, 6, 8]}}
 
 The state name is the buffer's placeholder in the delegate's graph, which is
@@ -75,9 +76,10 @@ def stage_initial_state(edge_program: ExportedProgram, staging: Path) -> dict[st
                 "take_over_mutable_buffer=False"
             )
         data = value.reshape(-1).view(torch.uint8).numpy().tobytes() if value.numel() else b""
-        relative = f"{DIRECTORY}/{hashlib.sha256(data).hexdigest()[:32]}.bin"
+        digest = hashlib.sha256(data).hexdigest()
+        relative = f"{DIRECTORY}/{digest[:32]}.bin"
         path = staging / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-        entries[name] = {"file": relative, "dtype": _DTYPE_NAMES[value.dtype], "shape": list(value.shape)}
+        entries[name] = {"file": relative, "sha256": digest, "dtype": _DTYPE_NAMES[value.dtype], "shape": list(value.shape)}
     return {"initial_state": entries} if entries else {}

@@ -1,19 +1,23 @@
 /*
  * Core AI delegates on the host: ExecuTorch's runtime calls this backend,
  * which runs each delegate's asset on coreai-core's runtime (Linux CPU
- * included) through callbacks that coreai_partitioner.host_runtime registers.
+ * included) through callbacks that host.py, beside this file, registers.
  *
  * Registered as CoreAICompositeBackend (coreai-partitioner) and CoreAIBackend
  * (upstream): both ship the same payload, a JSON manifest (Manifest.h).
  *
- * init    parses and validates the manifest, gathers the asset from the
- *         program's named data (inline) or the sidecar directory, and has the
- *         Python side compile it and create the delegate's state (mutable
- *         buffers the delegate owns).  The state lives with the handle, so
+ * init    parses and validates the manifest (Manifest.h, upstream's rules),
+ *         gathers the asset from the program's named data (inline, each
+ *         file's size checked against the manifest) or the sidecar directory,
+ *         and has the Python side check the bundle's digest, compile it and
+ *         create the delegate's state (mutable buffers the delegate owns).  The state lives with the handle, so
  *         it carries from call to call and two loads never share it.
  * execute checks every input against the delegate's signature (count,
  *         dtype, rank, static sizes) before coreai-core sees it, runs the
  *         delegate, resizes dynamic outputs and copies the results out.
+ *         With an event tracer (ETDump), the call is one profiling event,
+ *         "coreai:<function>", and the Python side adds one per edge node
+ *         the Core AI ops came from when the asset carries that mapping.
  * destroy releases the Python side's delegate.
  */
 
@@ -23,9 +27,11 @@
 #include <executorch/runtime/backend/interface.h>
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/event_tracer_hooks_delegate.h>
 #include <executorch/runtime/core/exec_aten/util/dim_order_util.h>
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/platform/log.h>
+#include <executorch/runtime/platform/platform.h>
 
 #include <atomic>
 #include <climits>
@@ -36,6 +42,7 @@
 #include <mutex>
 #include <string>
 #include <sys/stat.h>
+#include <time.h>
 #include <vector>
 
 namespace executorch {
@@ -52,7 +59,10 @@ using executorch::ET_RUNTIME_NAMESPACE::CompileSpec;
 using executorch::ET_RUNTIME_NAMESPACE::DelegateHandle;
 using executorch::ET_RUNTIME_NAMESPACE::NamedDataMap;
 using executorch::runtime::ArrayRef;
+using executorch::runtime::DebugHandle;
 using executorch::runtime::Error;
+using executorch::runtime::EventTracer;
+using executorch::runtime::EventTracerEntry;
 using executorch::runtime::EValue;
 using executorch::runtime::FreeableBuffer;
 using executorch::runtime::Result;
@@ -61,6 +71,8 @@ using executorch::runtime::Span;
 namespace {
 
 constexpr int64_t kErrorCapacity = 2048;
+// ETDump takes a delegate event by name or by integer id, never both: a named one has id -1.
+constexpr DebugHandle kNamedEvent = static_cast<DebugHandle>(-1);
 constexpr int32_t kMaxDelegateIO = 1 << 14;
 
 struct Callbacks {
@@ -133,6 +145,21 @@ bool byte_size(const std::vector<int64_t>& shape, size_t element, uint64_t* out)
 
 thread_local char t_last_error[kErrorCapacity] = "";
 
+// The event tracer's clock minus CLOCK_MONOTONIC_RAW, in ticks, taken as the running delegate's event started:
+// coreai-core stamps its op events with CLOCK_MONOTONIC_RAW, ETDump with ExecuTorch's PAL clock.
+thread_local int64_t t_tracer_clock_offset = 0;
+
+int64_t monotonic_ns() {
+  struct timespec now;
+  ::clock_gettime(CLOCK_MONOTONIC_RAW, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+int64_t ns_to_ticks(int64_t ns) {
+  const et_tick_ratio_t ratio = executorch::runtime::pal_ticks_to_ns_multiplier();
+  return ns * static_cast<int64_t>(ratio.denominator) / static_cast<int64_t>(ratio.numerator);
+}
+
 // Logs an error and keeps it for coreai_host_last_error().
 __attribute__((format(printf, 1, 2))) void report(const char* format, ...) {
   va_list args;
@@ -153,6 +180,7 @@ const char* dtype_name(int32_t code) {
 struct CoreAIDelegate {
   int64_t id = 0;
   std::string name;  // "method 'forward', asset <hash prefix>"
+  std::string event_name;  // "coreai:<function>", the key of the whole call in its debug_handle_map
   std::vector<CoreAIHostTensor> input_signature;
   std::vector<CoreAIHostTensor> output_signature;
   std::vector<CoreAIHostTensor> inputs;
@@ -186,7 +214,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
     std::string problem;
     if (!parse_manifest(processed->data(), processed->size(), &manifest, &problem)) {
       report("%s delegate in method '%s': %s; the .pte is corrupt or was not written by a Core AI "
-          "backend, export it again",
+          "backend, re-export the model",
           backend_id_,
           method,
           problem.c_str());
@@ -198,6 +226,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
     auto delegate = std::make_unique<CoreAIDelegate>();
     delegate->name = std::string(backend_id_) + " delegate in method '" + method + "' (asset " +
         manifest.hash.substr(0, 12) + ")";
+    delegate->event_name = "coreai:" + (manifest.function.empty() ? std::string("main") : manifest.function);
     const char* name = delegate->name.c_str();
     if (manifest.is_aot_compiled()) {
       report("%s ships AOT-compiled .aimodelc bundles (%s), which run only on Apple devices; "
@@ -261,7 +290,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
   }
 
   Error execute(
-      ET_UNUSED BackendExecutionContext& context,
+      BackendExecutionContext& context,
       DelegateHandle* handle,
       Span<EValue*> args) const override {
     auto* delegate = static_cast<CoreAIDelegate*>(handle);
@@ -300,6 +329,12 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
       report("%s: the Core AI host runtime was unregistered (interpreter shutting down?)", name);
       return Error::InvalidState;
     }
+    EventTracer* tracer = context.event_tracer();
+    EventTracerEntry event =
+        executorch::runtime::event_tracer_start_profiling_delegate(tracer, delegate->event_name.c_str(), kNamedEvent);
+    if (tracer != nullptr) {
+      t_tracer_clock_offset = static_cast<int64_t>(event.start_time) - ns_to_ticks(monotonic_ns());
+    }
     delegate->error[0] = '\0';
     if (python.run(
             delegate->id,
@@ -307,6 +342,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
             static_cast<int32_t>(num_inputs),
             delegate->outputs.data(),
             static_cast<int32_t>(num_outputs),
+            tracer,
             delegate->error.data(),
             kErrorCapacity) != 0) {
       report("%s: %s", name, delegate->error.data());
@@ -319,6 +355,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
         return status;
       }
     }
+    executorch::runtime::event_tracer_end_profiling_delegate(tracer, event);
     return Error::Ok;
   }
 
@@ -349,44 +386,49 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
       report("%s ships its asset inline, but the program has no named data; export it again", name);
       return Error::InvalidProgram;
     }
-    const std::string bundle = manifest.bundle() + "/";
-    bool has_bundle = false;
-    buffers->reserve(manifest.files.size());
-    files->reserve(manifest.files.size());
-    for (const std::string& file : manifest.files) {
-      has_bundle = has_bundle || file.rfind(bundle, 0) == 0;
-      std::string key = "coreai/" + manifest.hash + "/" + file;
-      Result<FreeableBuffer> data = named_data->get_data(key.c_str());
-      if (!data.ok()) {
-        report("%s: the program's named data holds no '%s' (error 0x%x); the .pte is truncated or corrupt, "
-            "export it again",
-            name,
-            key.c_str(),
-            static_cast<unsigned>(data.error()));
+    buffers->reserve(manifest.files.size() + manifest.initial_state.size());
+    files->reserve(manifest.files.size() + manifest.initial_state.size());
+    for (const AssetFile& file : manifest.files) {
+      Error status = fetch(manifest, file.path, name, named_data, buffers, files);
+      if (status != Error::Ok) {
+        return status;
+      }
+      if (static_cast<uint64_t>(files->back().nbytes) != file.size) {
+        report("%s: the program's named data holds %lld bytes for '%s', its manifest says %llu; the .pte is "
+               "corrupt, re-export the model", name, static_cast<long long>(files->back().nbytes),
+               file.path.c_str(), static_cast<unsigned long long>(file.size));
         return Error::InvalidProgram;
       }
-      buffers->push_back(std::move(data.get()));
-      files->push_back({file.c_str(), buffers->back().data(), static_cast<int64_t>(buffers->back().size())});
-    }
-    if (!has_bundle) {
-      report("%s: the manifest lists no file of its asset '%s'; export it again", name, manifest.path.c_str());
-      return Error::InvalidProgram;
     }
     for (const InitialState& state : manifest.initial_state) {
-      const CoreAIHostFile* found = nullptr;
-      for (const CoreAIHostFile& file : *files) {
-        found = state.file == file.path ? &file : found;
+      Error status = fetch(manifest, state.file, name, named_data, buffers, files);
+      if (status == Error::Ok) {
+        status = check_initial_state(state, static_cast<uint64_t>(files->back().nbytes), name);
       }
-      if (found == nullptr) {
-        report("%s: the initial value of state '%s' (%s) is not in the program's named data; export it again",
-               name, state.name.c_str(), state.file.c_str());
-        return Error::InvalidProgram;
-      }
-      Error status = check_initial_state(state, static_cast<uint64_t>(found->nbytes), name);
       if (status != Error::Ok) {
         return status;
       }
     }
+    return Error::Ok;
+  }
+
+  // One file of the asset's <hash>/ directory, from the program's named data.
+  static Error fetch(
+      const Manifest& manifest,
+      const std::string& path,
+      const char* name,
+      const NamedDataMap* named_data,
+      std::vector<FreeableBuffer>* buffers,
+      std::vector<CoreAIHostFile>* files) {
+    std::string key = "coreai/" + manifest.hash + "/" + path;
+    Result<FreeableBuffer> data = named_data->get_data(key.c_str());
+    if (!data.ok()) {
+      report("%s: the program's named data holds no '%s' (error 0x%x); the .pte is truncated or corrupt, "
+             "re-export the model", name, key.c_str(), static_cast<unsigned>(data.error()));
+      return Error::InvalidProgram;
+    }
+    buffers->push_back(std::move(data.get()));
+    files->push_back({path.c_str(), buffers->back().data(), static_cast<int64_t>(buffers->back().size())});
     return Error::Ok;
   }
 
@@ -610,6 +652,17 @@ __attribute__((visibility("default"))) const char* coreai_host_last_error(void) 
 
 __attribute__((visibility("default"))) void coreai_host_clear_last_error(void) {
   executorch::backends::coreai_host::t_last_error[0] = '\0';
+}
+
+__attribute__((visibility("default"))) void coreai_host_log_profiling_delegate(
+    void* event_tracer, const char* name, int64_t start_ns, int64_t end_ns) {
+  using namespace executorch::backends::coreai_host;
+  executorch::runtime::event_tracer_log_profiling_delegate(
+      static_cast<EventTracer*>(event_tracer),
+      name,
+      kNamedEvent,
+      static_cast<et_timestamp_t>(ns_to_ticks(start_ns) + t_tracer_clock_offset),
+      static_cast<et_timestamp_t>(ns_to_ticks(end_ns) + t_tracer_clock_offset));
 }
 
 __attribute__((visibility("default"))) int64_t coreai_host_live_delegates(void) {

@@ -1,18 +1,28 @@
 /*
  * The Core AI delegate payload: a JSON manifest, read as untrusted input.
  *
- * Written by preprocess (upstream's _deliver plus our initial_state field):
+ * Written by preprocess, version 2 as upstream's exporter writes it, plus
+ * our initial_state field:
  *   {"packaging": "inline" | "sidecar" | "aot_compiled_inline" | "aot_compiled_sidecar",
- *    "hash": "<hex>", "path": "<hash>/model.aimodel",
- *    "files": ["model.aimodel/main.mlirb", ...],          (inline only)
- *    "initial_state": {"<state>": {"file": "...", "dtype": "float32", "shape": [...]}}}
+ *    "hash": "<lowercase hex>", "path": "<hash>/model.aimodel", "version": 2,
+ *    "function": "main"  (or, with enumerated shapes, "functions": [{"name": ...}, ...]),
+ *    "input_names": [...], "output_names": [...],       (graph order, state included)
+ *    "min_deployment_version": null | "27.0",
+ *    "files": {"model.aimodel/main.mlirb": <bytes>, ...},
+ *    "bundle_digests": {"model.aimodel": "<64 lowercase hex>"},
+ *    "initial_state": {"<state>": {"file": "initial_state/...", "sha256": "<hex>",
+ *                                  "dtype": "float32", "shape": [...]}}}
  *
- * Every size is bounded and every path is checked to stay inside <hash>/
- * before anything is allocated or opened.
+ * The rules are upstream's on-device parse_manifest (executorch main,
+ * coreai_assets.mm), except that sidecar packaging and enumerated functions
+ * are accepted: this runtime runs both.  Every size is bounded and every
+ * path is checked to stay inside <hash>/ before anything is allocated or
+ * opened.
  */
 #pragma once
 
 #include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -33,6 +43,8 @@ struct JsonValue {
   enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
   bool boolean = false;
   double number = 0;
+  bool integral = false;  // a number written without fraction or exponent, within int64
+  int64_t integer = 0;
   std::string string;
   std::vector<JsonValue> array;
   std::vector<std::pair<std::string, JsonValue>> object;
@@ -119,7 +131,7 @@ class JsonReader {
         return literal("null");
       default:
         out->kind = JsonValue::Kind::Number;
-        return number(&out->number);
+        return number(out);
     }
   }
 
@@ -252,7 +264,7 @@ class JsonReader {
     return true;
   }
 
-  bool number(double* out) {
+  bool number(JsonValue* out) {
     const char* start = p_;
     while (p_ < end_ && (std::isdigit(static_cast<unsigned char>(*p_)) || *p_ == '-' ||
                          *p_ == '+' || *p_ == '.' || *p_ == 'e' || *p_ == 'E')) {
@@ -263,9 +275,14 @@ class JsonReader {
     }
     std::string text(start, p_);
     char* parsed_end = nullptr;
-    *out = std::strtod(text.c_str(), &parsed_end);
+    out->number = std::strtod(text.c_str(), &parsed_end);
     if (parsed_end != text.c_str() + text.size()) {
       return fail("bad number");
+    }
+    if (text.find_first_of(".eE") == std::string::npos) {
+      errno = 0;
+      out->integer = std::strtoll(text.c_str(), &parsed_end, 10);
+      out->integral = errno == 0 && parsed_end == text.c_str() + text.size();
     }
     return true;
   }
@@ -293,30 +310,84 @@ inline bool is_contained_relative_path(const std::string& path) {
   return true;
 }
 
-inline bool is_hex_digest(const std::string& text) {
-  if (text.empty() || text.size() > 128) {
-    return false;
-  }
+inline bool is_lower_hex(const std::string& text) {
   for (char c : text) {
-    if (!std::isxdigit(static_cast<unsigned char>(c))) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
       return false;
     }
+  }
+  return !text.empty();
+}
+
+// Upstream's min_deployment_version: null, or "N[.N[.N]]" with 1 to 6 digits a part and N > 0 first.
+inline bool is_deployment_version(const JsonValue& value) {
+  if (value.kind == JsonValue::Kind::Null) {
+    return true;
+  }
+  if (value.kind != JsonValue::Kind::String || value.string.empty()) {
+    return false;
+  }
+  size_t parts = 0, digits = 0;
+  bool major_positive = false;
+  for (char c : value.string + ".") {
+    if (c == '.') {
+      if (digits == 0 || digits > 6 || ++parts > 3) {
+        return false;
+      }
+      digits = 0;
+    } else if (c >= '0' && c <= '9') {
+      ++digits;
+      major_positive = major_positive || (parts == 0 && c != '0');
+    } else {
+      return false;
+    }
+  }
+  return major_positive;
+}
+
+inline bool is_name_list(const JsonValue* value, std::vector<std::string>* out) {
+  if (value == nullptr || value->kind != JsonValue::Kind::Array) {
+    return false;
+  }
+  for (const JsonValue& name : value->array) {
+    if (name.kind != JsonValue::Kind::String || name.string.empty()) {
+      return false;
+    }
+    for (const std::string& seen : *out) {
+      if (seen == name.string) {
+        return false;
+      }
+    }
+    out->push_back(name.string);
   }
   return true;
 }
 
 struct InitialState {
   std::string name;
-  std::string file;  // under <hash>/
+  std::string file;  // under <hash>/, outside the bundle
+  std::string sha256;
   std::string dtype;
   std::vector<int64_t> shape;
 };
 
+struct AssetFile {
+  std::string path;  // under <hash>/, inside the bundle
+  uint64_t size = 0;
+};
+
+constexpr int64_t kManifestVersion = 2;
+constexpr const char* kSourceBundle = "model.aimodel";
+
 struct Manifest {
   std::string packaging;
   std::string hash;
-  std::string path;                 // "<hash>/<bundle>"
-  std::vector<std::string> files;   // inline: under <hash>/
+  std::string path;                       // "<hash>/model.aimodel"
+  std::string function;                   // "" when the asset has enumerated functions
+  std::vector<std::string> input_names;   // graph order, state arguments included
+  std::vector<std::string> output_names;  // graph order, state tokens included
+  std::vector<AssetFile> files;           // every file of the bundle
+  std::string bundle_digest;              // bundle_digests["model.aimodel"]
   std::vector<InitialState> initial_state;
 
   bool is_aot_compiled() const { return packaging.rfind("aot_compiled", 0) == 0; }
@@ -326,6 +397,72 @@ struct Manifest {
 };
 
 constexpr int64_t kMaxStateDim = int64_t(1) << 40;
+
+// Upstream's validate_files: sizes of files inside the one declared bundle, none a parent of another.
+inline bool parse_files(const JsonValue* files, Manifest* out, std::string* error) {
+  if (files == nullptr || files->kind != JsonValue::Kind::Object || files->object.empty()) {
+    *error = "manifest requires asset file sizes ('files')";
+    return false;
+  }
+  const std::string prefix = std::string(kSourceBundle) + "/";
+  for (const auto& entry : files->object) {
+    const std::string& path = entry.first;
+    const JsonValue& size = entry.second;
+    if (!is_contained_relative_path(path) || path.rfind(prefix, 0) != 0 || size.kind != JsonValue::Kind::Number ||
+        !size.integral || size.integer < 0) {
+      *error = "invalid asset path or size for '" + path + "'";
+      return false;
+    }
+    for (const AssetFile& seen : out->files) {
+      const std::string& a = seen.path.size() < path.size() ? seen.path : path;
+      const std::string& b = seen.path.size() < path.size() ? path : seen.path;
+      if (a == b || (b.compare(0, a.size(), a) == 0 && b[a.size()] == '/')) {
+        *error = "conflicting asset paths '" + seen.path + "' and '" + path + "'";
+        return false;
+      }
+    }
+    out->files.push_back({path, static_cast<uint64_t>(size.integer)});
+  }
+  return true;
+}
+
+inline bool parse_initial_state(const JsonValue* states, Manifest* out, std::string* error) {
+  if (states == nullptr || states->kind == JsonValue::Kind::Null) {
+    return true;
+  }
+  if (states->kind != JsonValue::Kind::Object) {
+    *error = "'initial_state' is not an object";
+    return false;
+  }
+  for (const auto& entry : states->object) {
+    InitialState state;
+    state.name = entry.first;
+    const JsonValue* file = entry.second.get("file");
+    const JsonValue* sha256 = entry.second.get("sha256");
+    const JsonValue* dtype = entry.second.get("dtype");
+    const JsonValue* shape = entry.second.get("shape");
+    if (file == nullptr || file->kind != JsonValue::Kind::String || !is_contained_relative_path(file->string) ||
+        sha256 == nullptr || sha256->kind != JsonValue::Kind::String || sha256->string.size() != 64 ||
+        !is_lower_hex(sha256->string) || dtype == nullptr || dtype->kind != JsonValue::Kind::String ||
+        shape == nullptr || shape->kind != JsonValue::Kind::Array || shape->array.size() > 16) {
+      *error = "initial_state entry '" + state.name +
+          "' needs a contained 'file', its 'sha256', a 'dtype' and a 'shape' of rank <= 16";
+      return false;
+    }
+    state.file = file->string;
+    state.sha256 = sha256->string;
+    state.dtype = dtype->string;
+    for (const JsonValue& dim : shape->array) {
+      if (dim.kind != JsonValue::Kind::Number || !dim.integral || dim.integer < 0 || dim.integer > kMaxStateDim) {
+        *error = "initial_state entry '" + state.name + "' has a dimension out of bounds";
+        return false;
+      }
+      state.shape.push_back(dim.integer);
+    }
+    out->initial_state.push_back(std::move(state));
+  }
+  return true;
+}
 
 // Parses and validates a manifest.  On failure, *error says what is wrong.
 inline bool parse_manifest(const void* data, size_t size, Manifest* out, std::string* error) {
@@ -355,8 +492,8 @@ inline bool parse_manifest(const void* data, size_t size, Manifest* out, std::st
   if (!string_field("packaging", &out->packaging) || !string_field("hash", &out->hash)) {
     return false;
   }
-  if (!is_hex_digest(out->hash)) {
-    *error = "manifest hash is not a hex digest";
+  if (!is_lower_hex(out->hash) || out->hash.size() > 128) {
+    *error = "manifest hash is not a lowercase hex digest";
     return false;
   }
   const char* known[] = {"inline", "sidecar", "aot_compiled_inline", "aot_compiled_sidecar"};
@@ -371,60 +508,54 @@ inline bool parse_manifest(const void* data, size_t size, Manifest* out, std::st
   if (out->is_aot_compiled()) {
     return true;  // the caller refuses it with its own message
   }
+  const JsonValue* version = root.get("version");
+  if (version == nullptr || version->kind != JsonValue::Kind::Number || !version->integral ||
+      version->integer != kManifestVersion) {
+    *error = "manifest is not version 2 (it has no ordered I/O names, file sizes or bundle digest); "
+        "it was written by an older exporter";
+    return false;
+  }
   if (!string_field("path", &out->path)) {
     return false;
   }
-  if (out->path.rfind(out->hash + "/", 0) != 0 || !is_contained_relative_path(out->path)) {
-    *error = "asset path '" + out->path + "' does not stay inside its '" + out->hash + "/' directory";
+  if (out->path != out->hash + "/" + kSourceBundle) {
+    *error = "asset path '" + out->path + "' is not '<hash>/model.aimodel'";
     return false;
   }
-  if (out->is_inline()) {
-    const JsonValue* files = root.get("files");
-    if (files == nullptr || files->kind != JsonValue::Kind::Array || files->array.empty()) {
-      *error = "inline manifest has no 'files' list";
-      return false;
-    }
-    for (const JsonValue& file : files->array) {
-      if (file.kind != JsonValue::Kind::String || !is_contained_relative_path(file.string)) {
-        *error = "asset file '" + (file.kind == JsonValue::Kind::String ? file.string : std::string("?")) +
-            "' does not stay inside its '" + out->hash + "/' directory";
-        return false;
-      }
-      out->files.push_back(file.string);
-    }
+  const JsonValue* function = root.get("function");
+  const JsonValue* functions = root.get("functions");
+  if (function != nullptr && function->kind == JsonValue::Kind::String && !function->string.empty()) {
+    out->function = function->string;
+  } else if (function != nullptr || functions == nullptr || functions->kind != JsonValue::Kind::Array ||
+             functions->array.empty()) {
+    *error = "manifest names no function ('function', or 'functions' for enumerated shapes)";
+    return false;
   }
-  const JsonValue* states = root.get("initial_state");
-  if (states != nullptr && states->kind != JsonValue::Kind::Null) {
-    if (states->kind != JsonValue::Kind::Object) {
-      *error = "'initial_state' is not an object";
-      return false;
-    }
-    for (const auto& entry : states->object) {
-      InitialState state;
-      state.name = entry.first;
-      const JsonValue* file = entry.second.get("file");
-      const JsonValue* dtype = entry.second.get("dtype");
-      const JsonValue* shape = entry.second.get("shape");
-      if (file == nullptr || file->kind != JsonValue::Kind::String || !is_contained_relative_path(file->string) ||
-          dtype == nullptr || dtype->kind != JsonValue::Kind::String || shape == nullptr ||
-          shape->kind != JsonValue::Kind::Array || shape->array.size() > 16) {
-        *error = "initial_state entry '" + state.name + "' needs a contained 'file', a 'dtype' and a 'shape' of rank <= 16";
-        return false;
-      }
-      state.file = file->string;
-      state.dtype = dtype->string;
-      for (const JsonValue& dim : shape->array) {
-        if (dim.kind != JsonValue::Kind::Number || dim.number < 0 || dim.number > double(kMaxStateDim) ||
-            dim.number != static_cast<double>(static_cast<int64_t>(dim.number))) {
-          *error = "initial_state entry '" + state.name + "' has a dimension out of bounds";
-          return false;
-        }
-        state.shape.push_back(static_cast<int64_t>(dim.number));
-      }
-      out->initial_state.push_back(std::move(state));
-    }
+  if (!is_name_list(root.get("input_names"), &out->input_names) ||
+      !is_name_list(root.get("output_names"), &out->output_names)) {
+    *error = "manifest requires ordered input/output names (unique, non-empty)";
+    return false;
   }
-  return true;
+  const JsonValue* minimum = root.get("min_deployment_version");
+  if (minimum == nullptr || !is_deployment_version(*minimum)) {
+    *error = "invalid minimum deployment version (null or \"N[.N[.N]]\")";
+    return false;
+  }
+  if (!parse_files(root.get("files"), out, error)) {
+    return false;
+  }
+  const JsonValue* digests = root.get("bundle_digests");
+  const JsonValue* digest = digests != nullptr && digests->kind == JsonValue::Kind::Object &&
+          digests->object.size() == 1
+      ? digests->get(kSourceBundle)
+      : nullptr;
+  if (digest == nullptr || digest->kind != JsonValue::Kind::String || digest->string.size() != 64 ||
+      !is_lower_hex(digest->string)) {
+    *error = "bundle_digests must give model.aimodel, and only it, a 64-digit lowercase hex digest";
+    return false;
+  }
+  out->bundle_digest = digest->string;
+  return parse_initial_state(root.get("initial_state"), out, error);
 }
 
 } // namespace coreai_host

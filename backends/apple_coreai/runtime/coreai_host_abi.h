@@ -2,7 +2,7 @@
  * The C boundary between the Core AI host backend (C++, registered in
  * ExecuTorch's libexecutorch.so) and coreai-core's runtime (Python).
  *
- * coreai_partitioner/host_runtime.py mirrors these structs with ctypes and
+ * host.py, beside this header, mirrors these structs with ctypes and
  * registers the three callbacks with coreai_host_set_callbacks().  The
  * backend never owns Python objects: a delegate is an id on the Python side.
  */
@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 #define COREAI_HOST_MAX_RANK 16
-#define COREAI_HOST_ABI_VERSION 2
+#define COREAI_HOST_ABI_VERSION 3
 
 /* A tensor crossing the boundary.  dtype is an ExecuTorch ScalarType code.
  * In a delegate's signature, a size of -1 is a dynamic dimension.  strides
@@ -67,14 +67,17 @@ typedef int32_t (*coreai_host_signature_fn)(
     int64_t error_capacity);
 
 /* Runs the delegate once.  The outputs are filled by the callee: data points
- * at memory it keeps alive until its next run or release.  Returns 0 on
- * success. */
+ * at memory it keeps alive until its next run or release.  event_tracer is
+ * the method's ExecuTorch EventTracer (NULL unless profiling); the callee
+ * logs the delegate's own events to it with
+ * coreai_host_log_profiling_delegate.  Returns 0 on success. */
 typedef int32_t (*coreai_host_run_fn)(
     int64_t id,
     const CoreAIHostTensor* inputs,
     int32_t num_inputs,
     CoreAIHostTensor* outputs,
     int32_t num_outputs,
+    void* event_tracer,
     char* error,
     int64_t error_capacity);
 
@@ -93,6 +96,12 @@ void coreai_host_set_sidecar_dir(const char* directory);
 /* The last error this thread's delegate loads and runs logged ("" if none). */
 const char* coreai_host_last_error(void);
 void coreai_host_clear_last_error(void);
+
+/* Logs one profiling event of the running delegate to its ExecuTorch
+ * EventTracer, by name (a key of the delegate's debug_handle_map); start and
+ * end are CLOCK_MONOTONIC_RAW nanoseconds, as coreai-core's profiler stamps them.
+ * Call it only from inside the run callback. */
+void coreai_host_log_profiling_delegate(void* event_tracer, const char* name, int64_t start_ns, int64_t end_ns);
 
 /* How many delegates are loaded (for tests of destroy). */
 int64_t coreai_host_live_delegates(void);

@@ -11,7 +11,7 @@ from typing import Any
 
 from executorch.exir.schema import DelegateCall
 
-from ._compat import deserialize_pte_views
+from coreai_partitioner._compat import deserialize_pte_views
 
 #: Backend ids whose payload is a Core AI asset manifest (ours and upstream's).
 COREAI_BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")

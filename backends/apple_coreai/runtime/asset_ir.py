@@ -75,6 +75,6 @@ def asset_ir(path: str | os.PathLike) -> str:
     """
     from coreai.authoring import AIModelAsset
 
-    from ._compat import program_asm
+    from coreai_partitioner._compat import program_asm
 
     return program_asm(AIModelAsset.load(path).program)

@@ -1,7 +1,7 @@
 """Run Core AI delegates inside ExecuTorch's own runtime, on this machine.
 
-ExecuTorch 1.5.1 ships no Core AI runtime.  This module builds one: a C++
-backend (``backends/apple_coreai/runtime/``, installed with the package)
+ExecuTorch 1.5.1 ships no Core AI runtime.  This module builds one: the C++
+backend beside it (``CoreAIHostBackend.cpp``, installed with the package)
 registered in the wheel's ``libexecutorch.so`` as ``CoreAICompositeBackend``
 and ``CoreAIBackend``, which runs each delegate's asset on coreai-core's
 runtime through ctypes callbacks into this module.
@@ -15,15 +15,20 @@ The boundary, one delegate at a time:
 
 * ``init`` (C++) validates the manifest and gathers the asset's bytes (the
   program's named data, or the sidecar directory with every path kept inside
-  it), then :func:`_load` compiles the asset and creates the delegate's
-  state: mutable buffers it took over, starting from the initial values the
-  ``.pte`` ships (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
+  it), then :func:`_load` checks them against the manifest's bundle digest,
+  compiles the asset and creates the delegate's state: mutable buffers it
+  took over, starting from the initial values the ``.pte`` ships
+  (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
   The state belongs to that loaded method and carries from call to call.
 * ``execute`` (C++) checks every input against the signature :func:`_signature`
   reported; :func:`_run` views the inputs without copying (the views are kept
   while ExecuTorch passes the same tensors, which a loaded method does), runs
   coreai-core on the calling thread, and hands back its output arrays, which
   the backend copies into ExecuTorch's outputs (resizing dynamic ones).
+  With an ETDump (the method has an event tracer) the call is one profiling
+  event, ``coreai:<function>``, and :func:`_run` runs it under coreai-core's
+  profiler and logs one event per edge node its ops came from
+  (:mod:`.profiling`; assets with full debug locations only).
 * ``destroy`` calls :func:`_release`.
 
 The library is compiled on first use with the system C++ compiler (``$CXX``,
@@ -55,7 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from .runtime import LoadedAsset
+from coreai_partitioner import _upstream
+
+from .loaded_asset import LoadedAsset
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +82,7 @@ BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
 
 _SOURCES = ("CoreAIHostBackend.cpp", "Manifest.h", "coreai_host_abi.h")
 _MAX_RANK = 16
-_ABI_VERSION = 2
+_ABI_VERSION = 3
 
 
 class BuildError(RuntimeError):
@@ -86,10 +93,7 @@ class BuildError(RuntimeError):
 
 
 def _source_dir() -> Path:
-    # Editable installs map coreai_partitioner.backends to the repo's backends/.
-    from .backends import apple_coreai
-
-    return Path(apple_coreai.__file__).resolve().parent / "runtime"
+    return Path(__file__).resolve().parent
 
 
 def _executorch_dir() -> Path:
@@ -111,7 +115,9 @@ def _compile_command(compiler: str, source: Path, output: Path) -> list[str]:
     include = site / "include"
     lib = site / "lib"
     return [
-        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+        # ET_EVENT_TRACER_ENABLED: the event tracer hooks are inline and compile to nothing without it
+        # (the wheel's libexecutorch.so is built with it).
+        compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-DC10_USING_CUSTOM_GENERATED_MACROS", "-DET_EVENT_TRACER_ENABLED",
         f"-I{include}", f"-I{include / 'executorch/runtime/core/portable_type/c10'}",
         str(source), "-o", str(output),
         f"-L{lib}", "-lexecutorch", f"-Wl,-rpath,{lib}",
@@ -213,7 +219,7 @@ _SignatureFn = ctypes.CFUNCTYPE(
 # ctypes pointers, and the delegate keys its cached views on them.
 _RunFn = ctypes.CFUNCTYPE(
     ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int32,
-    ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_int64,
+    ctypes.c_void_p, ctypes.c_int32, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
 )
 _TENSOR_SIZE = ctypes.sizeof(_Tensor)
 _ReleaseFn = ctypes.CFUNCTYPE(None, ctypes.c_int64)
@@ -268,12 +274,18 @@ class _Delegate:
     def name(self) -> str:
         return f"Core AI delegate in method '{self.method}' (asset {self.manifest['hash'][:12]})"
 
-    def run(self, inputs: int, num_inputs: int, outputs: int, num_outputs: int) -> None:
+    def run(self, inputs: int, num_inputs: int, outputs: int, num_outputs: int, tracer: int | None = None) -> None:
+        """One call; with ExecuTorch's event tracer (ETDump on), profiled, one event per node its ops came from."""
         structs = ctypes.string_at(inputs, num_inputs * _TENSOR_SIZE) if num_inputs else b""
         if structs != self.input_structs:
             self.input_views = self._view_inputs(inputs, num_inputs)
             self.input_structs = structs
-        results = self.asset(self.input_views, self.state)
+        if tracer:
+            results, spans = self.asset.profiled(self.input_views, self.state)
+            for node, start, end in spans:
+                _library.coreai_host_log_profiling_delegate(tracer, node.encode(), start, end)
+        else:
+            results = self.asset(self.input_views, self.state)
         if outputs != self.output_address:
             self.output_structs = [_Tensor.from_address(outputs + i * _TENSOR_SIZE) for i in range(num_outputs)]
             self.output_address = outputs
@@ -372,18 +384,20 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
     method = request.method.decode()
     manifest = json.loads(ctypes.string_at(request.manifest_json, request.manifest_nbytes))
     if request.asset_dir:
-        asset_dir = Path(request.asset_dir.decode())
-        _check_integrity(manifest, (asset_dir / "main.mlirb").read_bytes() if (asset_dir / "main.mlirb").is_file() else None)
-        asset = LoadedAsset(asset_dir)
-        initial = initial_values(manifest, lambda path: (Path(request.asset_root.decode()) / path).read_bytes())
+        root = Path(request.asset_root.decode())
+        _check_bundle(manifest, _sidecar_files(manifest, root))
+        asset = LoadedAsset(request.asset_dir.decode())
+        initial = initial_values(manifest, lambda path: (root / path).read_bytes())
     else:
         files = {
-            request.files[i].path.decode(): (request.files[i].data, request.files[i].nbytes)
+            request.files[i].path.decode(): _view(request.files[i].data, request.files[i].nbytes)
             for i in range(request.num_files)
         }
+        _check_bundle(manifest, [(path, manifest["files"][path], [files[path]]) for path in manifest["files"]])
         asset = _load_inline(manifest, files)
-        initial = initial_values(manifest, lambda path: ctypes.string_at(*files[path]))
+        initial = initial_values(manifest, lambda path: bytes(files[path]))
     try:
+        asset.bind(manifest["input_names"], manifest["output_names"])
         state = _new_state(asset, initial, manifest)
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
     except BaseException:
@@ -404,29 +418,52 @@ def _io_dtypes(asset: LoadedAsset, method: str, manifest: dict[str, Any]) -> tup
     return [_dtype(code) for code in inputs], [_dtype(code) for code in outputs], outputs
 
 
-def _check_integrity(manifest: dict[str, Any], program: bytes | memoryview | None) -> None:
-    """coreai-core ends the process on a corrupt program, so check it first: its sha256 is the asset's hash."""
-    if program is None:
-        raise ValueError("the asset has no main.mlirb; the .pte or its sidecar is incomplete, export it again")
-    if hashlib.sha256(program).hexdigest() != manifest["hash"]:
+def _view(address: int, nbytes: int) -> memoryview:
+    return memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B") if nbytes else memoryview(b"")
+
+
+def _check_bundle(manifest: dict[str, Any], files: list[tuple[str, int, Any]]) -> None:
+    """The bundle is what was exported: its digest over ``(path, size, chunks)`` per file is the manifest's.
+
+    Stricter than upstream's device runtime, which checks file names and
+    sizes only; coreai-core ends the process on a corrupt program, so a
+    changed byte must be caught here.
+    """
+    bundle = manifest["path"].split("/", 1)[1]
+    if f"{bundle}/main.mlirb" not in manifest["files"]:
+        raise ValueError(f"the asset's manifest lists no {bundle}/main.mlirb; the .pte is incomplete, re-export the model")
+    if _upstream.bundle_digest(files) != manifest["bundle_digests"][bundle]:
         raise ValueError(
-            "the asset's main.mlirb does not match its hash (the .pte or its sidecar is corrupt); export it again"
+            f"the asset's files do not match the bundle digest of its manifest ({bundle}): the .pte or its "
+            "sidecar is corrupt or was changed after export; re-export the model"
         )
 
 
-def _load_inline(manifest: dict[str, Any], files: dict[str, tuple[int, int]]) -> LoadedAsset:
-    bundle = manifest["path"].split("/", 1)[1] + "/"
-    program = files.get(bundle + "main.mlirb")
-    _check_integrity(manifest, None if program is None else (ctypes.c_char * program[1]).from_address(program[0]))
+def _sidecar_files(manifest: dict[str, Any], root: Path) -> list[tuple[str, int, Any]]:
+    """The sidecar bundle's files under ``root`` (its ``<hash>/``), exactly the ones the manifest lists."""
+    bundle = manifest["path"].split("/", 1)[1]
+    try:
+        found = _upstream.bundle_files(root, bundle)
+    except ValueError as error:
+        raise ValueError(f"the sidecar asset in {root} cannot be read: {error}; ship the '{root.name}/' directory "
+                         "the export wrote") from None
+    sizes = {relative: size for relative, _, size in found}
+    if sizes != manifest["files"]:
+        raise ValueError(
+            f"the sidecar asset in {root} holds {sorted(sizes)} ({sum(sizes.values())} bytes), its manifest lists "
+            f"{sorted(manifest['files'])} ({sum(manifest['files'].values())} bytes); ship the '{root.name}/' "
+            "directory the export wrote, or re-export the model"
+        )
+    return [(relative, size, _upstream.file_chunks(path)) for relative, path, size in found]
+
+
+def _load_inline(manifest: dict[str, Any], files: dict[str, memoryview]) -> LoadedAsset:
     with tempfile.TemporaryDirectory(prefix="coreai-host-") as directory:
         root = Path(directory) / manifest["hash"]
-        for path, (data, nbytes) in files.items():
-            if not path.startswith(bundle):
-                continue  # initial state values and the like stay in memory
+        for path in manifest["files"]:  # initial state values stay in memory
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
-            with open(target, "wb") as out:
-                out.write((ctypes.c_char * nbytes).from_address(data) if nbytes else b"")
+            target.write_bytes(files[path])
         # The runtime compiles its own copy; the directory may go right after.
         return LoadedAsset(Path(directory) / manifest["path"])
 
@@ -437,8 +474,14 @@ def initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray]
     for name, entry in (manifest.get("initial_state") or {}).items():
         import ml_dtypes  # noqa: F401 - makes np.dtype("bfloat16") resolvable
 
+        data = read(entry["file"])
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ValueError(
+                f"the initial value of state '{name}' ({entry['file']}) does not match its sha256 in the manifest; "
+                "the .pte or its sidecar is corrupt, re-export the model"
+            )
         dtype = np.dtype(ml_dtypes.bfloat16) if entry["dtype"] == "bfloat16" else np.dtype(entry["dtype"])
-        values[name] = np.frombuffer(read(entry["file"]), dtype=dtype).reshape(entry["shape"]).copy()
+        values[name] = np.frombuffer(data, dtype=dtype).reshape(entry["shape"]).copy()
     return values
 
 
@@ -485,11 +528,12 @@ def _describe(descriptor: Any, out: _Tensor, what: str) -> None:
 
 
 def _run(
-    delegate_id: int, inputs: int, num_inputs: int, outputs: int, num_outputs: int, error: int, capacity: int
+    delegate_id: int, inputs: int, num_inputs: int, outputs: int, num_outputs: int, tracer: int | None,
+    error: int, capacity: int,
 ) -> int:
     try:
         with _one_thread:
-            _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs)
+            _delegates[delegate_id].run(inputs, num_inputs, outputs, num_outputs, tracer)
         return 0
     except BaseException as e:  # noqa: BLE001
         _report(e, error, capacity)
@@ -549,6 +593,8 @@ def load_runtime_backend() -> list[str]:
         library.coreai_host_set_sidecar_dir.argtypes = [ctypes.c_char_p]
         library.coreai_host_set_sidecar_dir.restype = None
         library.coreai_host_live_delegates.restype = ctypes.c_int64
+        library.coreai_host_log_profiling_delegate.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64]
+        library.coreai_host_log_profiling_delegate.restype = None
         library.coreai_host_last_error.restype = ctypes.c_char_p
         callbacks = (_LoadFn(_load), _SignatureFn(_signature), _RunFn(_run), _ReleaseFn(_release))
         version = library.coreai_host_set_callbacks(*callbacks)

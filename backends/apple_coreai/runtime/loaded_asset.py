@@ -17,12 +17,14 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from coreai_partitioner import _compat
 
 logger = logging.getLogger(__name__)
 
@@ -122,30 +124,52 @@ class LoadedAsset:
         if not chosen:
             raise ValueError(f"the Core AI asset at {self.path} has no function {function!r}; it has {', '.join(names)}")
         self._context = asset.executable()
-        model = _on_background_loop(self._context.__aenter__())
-        functions = [model.load_function(name) for name in chosen]
-        self._function = functions[0] if len(functions) == 1 else None
+        self._model = _on_background_loop(self._context.__aenter__())
+        self._functions = {name: self._model.load_function(name) for name in chosen}
+        descs = [function.desc for function in self._functions.values()]
         #: The function's descriptor (names, shapes and dtypes of its inputs, outputs and state).
-        self.desc = desc = functions[0].desc if len(functions) == 1 else _EnumeratedDescriptor([f.desc for f in functions])
+        self.desc = desc = descs[0] if len(descs) == 1 else _EnumeratedDescriptor(descs)
         self.input_names: list[str] = list(desc.input_names)
         self.output_names: list[str] = list(desc.output_names)
         self.state_names: list[str] = list(desc.state_names)
         self._by_shapes = {
-            tuple(tuple(f.desc.input_descriptor(n).shape) for n in self.input_names): f for f in functions
+            self._shapes({n: function.desc.input_descriptor(n).shape for n in self.input_names}): name
+            for name, function in self._functions.items()
         }
+        self._profiled: dict[str, Any] = {}
+        self._recorder: Any = None
+        self._sources: dict[int, str] | None = None
         _open_assets.add(self)
         logger.info("compiled Core AI asset %s (%s)", self.path, ", ".join(chosen))
 
-    def _function_for(self, inputs: Mapping[str, Any]) -> Any:
-        if self._function is not None:
-            return self._function
-        shapes = tuple(tuple(np.shape(inputs[name])) for name in self.input_names)
+    def bind(self, input_names: Sequence[str], output_names: Sequence[str]) -> None:
+        """Take inputs and give outputs in a manifest's order: its graph-order names, state left out.
+
+        ExecuTorch passes a delegate its arguments by position, in that order.
+        """
+        inputs = [name for name in input_names if name not in self.state_names]
+        outputs = [name for name in output_names if name not in self.state_names]
+        if sorted(inputs) != sorted(self.input_names) or sorted(outputs) != sorted(self.output_names):
+            raise ValueError(
+                f"the manifest binds inputs {inputs} and outputs {outputs}, but the asset's function takes "
+                f"{self.input_names} and returns {self.output_names}; the .pte is corrupt, re-export the model"
+            )
+        self.input_names, self.output_names = inputs, outputs
+
+    @staticmethod
+    def _shapes(by_name: Mapping[str, Sequence[Any]]) -> tuple:
+        return tuple((name, tuple(by_name[name])) for name in sorted(by_name))
+
+    def _function_for(self, inputs: Mapping[str, Any]) -> str:
+        if len(self._functions) == 1:
+            return next(iter(self._functions))
+        shapes = self._shapes({name: np.shape(inputs[name]) for name in self.input_names})
         function = self._by_shapes.get(shapes)
         if function is None:
             raise ValueError(
                 f"the Core AI asset at {self.path} is compiled for input shapes "
-                f"{' or '.join(str(list(map(list, key))) for key in self._by_shapes)}; "
-                f"this call gives {list(map(list, shapes))}. Pad the input to one of them"
+                f"{' or '.join(str(dict(key)) for key in self._by_shapes)}; "
+                f"this call gives {dict(shapes)}. Pad the input to one of them"
             )
         return function
 
@@ -173,6 +197,35 @@ class LoadedAsset:
         state: Mapping[str, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         """Run the function once; ``state`` (from :meth:`new_state`) carries over between calls."""
+        return self._call(self._functions, inputs, state)
+
+    def profiled(
+        self, inputs: Mapping[str, np.ndarray], state: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], list[tuple[str, int, int]]]:
+        """:meth:`__call__` under coreai-core's profiler: the outputs and the call's per-node spans.
+
+        A span is ``(delegate-graph node, first op's start, last op's end)`` in
+        ``CLOCK_MONOTONIC_RAW`` nanoseconds (:mod:`.profiling`); there are none
+        unless the asset keeps full debug locations.  The profiled functions
+        are loaded on the first call.
+        """
+        from coreai.runtime import Profiler
+
+        from . import profiling
+
+        if self._recorder is None:
+            self._recorder = profiling.Recorder()
+            recorder = self._recorder
+            profiler = Profiler(on_log_event_begin=recorder.begin, on_log_event_end=recorder.end)
+            self._profiled = {name: self._model.load_function(name, profiler=profiler) for name in self._functions}
+            self._sources = profiling.op_sources(_compat.runtime_debug_infos(self._model))
+        self._recorder.take()
+        outputs = self._call(self._profiled, inputs, state)
+        return outputs, profiling.node_spans(self._recorder.take(), self._sources)
+
+    def _call(
+        self, functions: Mapping[str, Any], inputs: Mapping[str, np.ndarray], state: Mapping[str, Any] | None
+    ) -> dict[str, np.ndarray]:
         from coreai.runtime import NDArray
 
         if self.state_names and state is None:
@@ -180,7 +233,7 @@ class LoadedAsset:
                 f"the asset at {self.path} is stateful ({', '.join(self.state_names)}); "
                 "pass state=asset.new_state(...)"
             )
-        function = self._function_for(inputs)
+        function = functions[self._function_for(inputs)]
         arrays = {name: NDArray(np.ascontiguousarray(value)) for name, value in inputs.items()}
         outputs = _run(function(arrays, state=dict(state or {})))
         return {name: value.numpy() for name, value in outputs.items()}

@@ -92,8 +92,8 @@ class MyLeaf(torch.nn.Module):
         return x * self.weight / (x.abs().mean(-1, keepdim=True) + self.eps)
 
 
-class SplitByTopk(torch.nn.Module):
-    """Two delegates around a top-k, which Core AI does not take and ExecuTorch's portable kernels run."""
+class SplitByRemainder(torch.nn.Module):
+    """Two delegates around a float remainder, which coreai-torch does not lower and ExecuTorch's portable kernels run."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -106,10 +106,10 @@ class SplitByTopk(torch.nn.Module):
         return self.n2(self.lin(self.n1(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.n3(torch.topk(self.head(x), 16, dim=-1).values)
+        return self.n3(torch.remainder(self.head(x), 0.75))
 
 
-class SplitBySort(SplitByTopk):
+class SplitBySort(SplitByRemainder):
     """Two delegates around a sort, which neither Core AI nor the pip wheel's portable kernels run."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,9 @@ wrongly in Core AI (coreai-core 1.0.0b3).
 :func:`order_state_writes` orders a stateful delegate's buffer writes as
 Core AI orders its state: by input.
 
+:func:`state_operands_as_values` passes a state to a composite as a value,
+not as the state itself.
+
 :func:`expand_repeated_heads` turns GQA's head repeat by ``index_select``
 into an ``expand``, which coreai-core does not fold into a constant of K's
 shape.
@@ -118,6 +121,37 @@ def order_state_writes(program: ExportedProgram) -> bool:
     output.args = (tuple(values),)
     program.graph_module.recompile()
     return True
+
+
+def state_operands_as_values(program: ExportedProgram) -> int:
+    """Feed each composite call site a state buffer through an ``add`` of 0; returns how many operands.
+
+    coreai-core 1.0.0b3's pre-compilation rewrite fails on an odd number,
+    3 or more, of composite calls that each read a state handle directly
+    ("input types did not match callee signature ... for parametric op
+    here"). Three Qwen3.5 gated delta-rule layers hit this, and so does a
+    plain module with three ``GatedDeltaUpdate`` calls, each fed from its own
+    mutated buffer. With the read made a value first, every count converts.
+    The add costs one pass over the state per call.
+    """
+    from .call_sites import call_sites_by_op
+
+    signature = program.graph_signature
+    states = set(signature.buffers_to_mutate.values())
+    placeholders = {node for node in program.graph.nodes
+                    if node.op == "placeholder" and signature.inputs_to_buffers.get(node.name) in states}
+    graph, count = program.graph, 0
+    for nodes in call_sites_by_op(graph).values():
+        for site in nodes:
+            for state in [arg for arg in site.args if arg in placeholders]:
+                with graph.inserting_before(site):
+                    value = graph.call_function(torch.ops.aten.add.Tensor, (state, 0))
+                value.meta["val"] = state.meta["val"]
+                site.replace_input_with(state, value)
+                count += 1
+    if count:
+        program.graph_module.recompile()
+    return count
 
 
 class SplitSymbolicSizes:

@@ -15,7 +15,7 @@ from torch.export import ExportedProgram
 from coreai_partitioner import _upstream
 from coreai_partitioner.build_records import CallSiteRecord, delegate_call_sites
 from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_call_sites
-from coreai_partitioner.passes import expand_repeated_heads, index_selects, order_state_writes
+from coreai_partitioner.passes import expand_repeated_heads, index_selects, order_state_writes, state_operands_as_values
 from coreai_partitioner.programs import with_own_graph
 
 from .debug_info import DEFAULT as DEFAULT_DEBUG_INFO, keep_only
@@ -78,13 +78,15 @@ def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> A
 
     The program is rewritten in place: ATen targets, call sites renamed,
     repeated heads expanded (:func:`~coreai_partitioner.passes.expand_repeated_heads`),
-    state writes in state order (:func:`~coreai_partitioner.passes.order_state_writes`).
+    state writes in state order (:func:`~coreai_partitioner.passes.order_state_writes`), a state read
+    by a composite made a value first (:func:`~coreai_partitioner.passes.state_operands_as_values`).
     Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).
     """
     records = converter_records(program.graph)
     _upstream.to_aten(program)
     expand_repeated_heads(program.graph_module)
     order_state_writes(program)
+    state_operands_as_values(program)
     logger.info("converting a delegate with %d externalized call site(s)", len(records))
     converter = _upstream.BuildIndependentConverter(stack_traces=debug_info == "full")
     converter.add_exported_program(program, _externalized_exported_programs=records or None)

@@ -26,8 +26,8 @@ def tiny(model_type: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module
     return model.to(dtype)
 
 
-def prompt_tokens(length: int = 8, vocab: int = 256) -> torch.Tensor:
-    return torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(1))
+def prompt_tokens(length: int = 8, vocab: int = 256, seed: int = 1) -> torch.Tensor:
+    return torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
 def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float]]:
@@ -72,12 +72,13 @@ def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, 
 
 def adapted_and_eager(model_type: str, shapes, prompt: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """Every position's logits of the family's adapted decoder (a prefill of ``prompt`` tokens, then ``steps``
-    single-token calls) and of Hugging Face eager over the same tokens."""
+    single-token calls, after a prefill of other tokens) and of Hugging Face eager over the same tokens."""
     model = tiny(model_type)
     tokens = prompt_tokens(prompt + steps)
     decoder = llm.adapt(model, shapes, full_logits=True)
     with torch.no_grad():
         expected = model(tokens).logits
+        decoder(prompt_tokens(prompt, seed=1), torch.arange(prompt))  # another prompt first: position 0 starts over
         got = [decoder(tokens[:, :prompt], torch.arange(prompt))]
         got += [decoder(tokens[:, t : t + 1], torch.tensor([t])) for t in range(prompt, prompt + steps)]
     return torch.cat(got, 1), expected

@@ -168,6 +168,16 @@ class Step:
     def rope(self, table: str) -> tuple[torch.Tensor, torch.Tensor]:
         return self._memoized(("rope", table), lambda: self.decoder.rope_tables[table](self.positions, self.dtype))
 
+    def carry(self, state: torch.Tensor) -> torch.Tensor:
+        """``state`` where the call goes on from an earlier one, zeros where it starts at position 0.
+
+        A recurrent layer's state is what its earlier calls left; a call at
+        position 0 (a new prompt, or ExecuTorch's runner after ``reset()``)
+        starts from nothing, as the KV cache's slots are written from 0 again.
+        """
+        goes_on = self._memoized("goes_on", lambda: self.positions[:1] > 0)
+        return state * goes_on.to(state.dtype)
+
     def full_mask(self, length: int) -> torch.Tensor:
         """``[1, 1, T, length]``: a query attends every cache slot at or before its position."""
 
@@ -251,11 +261,15 @@ def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int,
     ``slot_positions`` holds each slot's position plus one, 0 for an empty slot,
     so the ring's state starts at zero like any cache.  Keys attended: the
     ring's, then the call's own (``[size + T]``).  A query at ``q`` attends a
-    key at ``p`` when ``q - size < p <= q`` (HF's sliding window).  The ring
+    key at ``p`` when ``q - size < p <= q`` (HF's sliding window); a ring slot
+    at or past the call's first position is left from an earlier sequence (a
+    new prompt at position 0) and is never attended.  The ring
     then keeps the call's last ``size`` real tokens, token ``p`` in slot
     ``p % size``: the mod is computed in float, exact for any position below 2**24.
     """
-    keys = torch.cat([slot_positions - 1.0, position])
+    ring = slot_positions - 1.0
+    ring = torch.where(ring < position.min(), ring, torch.full_like(ring, -1.0))
+    keys = torch.cat([ring, position])
     query = position.unsqueeze(-1)
     mask = (keys >= 0.0) & (keys <= query) & (query - keys < float(size))
     real = position < float(context)
@@ -656,15 +670,16 @@ class MoE(nn.Module):
 # ---------------------------------------------------------------- recurrent mixers
 
 
-def causal_conv(conv: nn.Conv1d, state: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def causal_conv(conv: nn.Conv1d, state: torch.Tensor, x: torch.Tensor, step: Step) -> torch.Tensor:
     """A depthwise causal convolution of ``x`` [B, C, T] continuing from ``state`` [B, C, K - 1], which it advances.
 
-    The convolution runs over ``state`` and ``x`` together with no padding,
-    so it gives exactly ``T`` outputs, each from its last ``K`` inputs; the
-    state keeps the last ``K - 1`` inputs for the next call (what HF's
-    cache keeps, less the column it never reads).
+    The convolution runs over ``state`` (zeros at position 0: :meth:`Step.carry`)
+    and ``x`` together with no padding, so it gives exactly ``T`` outputs,
+    each from its last ``K`` inputs; the state keeps the last ``K - 1``
+    inputs for the next call (what HF's cache keeps, less the column it
+    never reads).
     """
-    window = torch.cat([state, x.to(state.dtype)], dim=-1)
+    window = torch.cat([step.carry(state), x.to(state.dtype)], dim=-1)
     state.copy_(window.narrow(-1, window.shape[-1] - state.shape[-1], state.shape[-1]))
     return nn.functional.conv1d(window.to(x.dtype), conv.weight, conv.bias, groups=conv.groups)
 
@@ -678,7 +693,7 @@ class GatedDeltaNet(nn.Module):
     SiLU over q, k and v (:func:`causal_conv`), ``beta = sigmoid(b)``,
     ``g = -exp(A_log) * softplus(a + dt_bias)``, key heads repeated to the
     value heads, the gated delta rule over the call's tokens from the state
-    the last call left (the composite's ``initial_state``; it normalizes q
+    the last call left (the composite's ``initial_state``, zeros at position 0; it normalizes q
     and k and scales q), then a per-head RMSNorm gated by ``silu(z)`` and
     ``out_proj``.  ``conv_state`` and ``recurrent_state`` are buffers: the
     delegate's state.
@@ -718,7 +733,7 @@ class GatedDeltaNet(nn.Module):
         m, (hk, hv), (dk, dv) = self.module, self.heads, self.dims
         batch, length = x.shape[0], x.shape[1]
         mixed, z, b, a = self._project(x)
-        mixed = nn.functional.silu(causal_conv(m.conv1d, self.conv_state, mixed)).transpose(1, 2)
+        mixed = nn.functional.silu(causal_conv(m.conv1d, self.conv_state, mixed, step)).transpose(1, 2)
         q, k, v = torch.split(mixed, [hk * dk, hk * dk, hv * dv], dim=-1)
         q, k, v = q.view(batch, length, hk, dk), k.view(batch, length, hk, dk), v.view(batch, length, hv, dv)
         beta = torch.sigmoid(b)
@@ -728,7 +743,7 @@ class GatedDeltaNet(nn.Module):
             q, k = q.index_select(2, heads), k.index_select(2, heads)
         out, state = self.update(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g.transpose(1, 2), beta.transpose(1, 2),
-            self.recurrent_state.to(q.dtype),
+            step.carry(self.recurrent_state).to(q.dtype),
         )
         self.recurrent_state.copy_(state)
         normed = self.norm(out) * nn.functional.silu(z.float())  # out: [B, T, Hv, dv]
@@ -747,7 +762,7 @@ class ShortConv(nn.Module):
     def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
         m = self.module
         gate, carry, value = m.in_proj(x).transpose(-1, -2).chunk(3, dim=-2)
-        out = carry * causal_conv(m.conv, self.conv_state, gate * value)
+        out = carry * causal_conv(m.conv, self.conv_state, gate * value, step)
         return m.out_proj(out.transpose(-1, -2))
 
 

@@ -132,6 +132,15 @@ def test_the_sliding_ring_attends_the_last_window_positions_whatever_the_calls(c
         start += length
 
 
+def test_a_new_sequence_at_position_0_never_attends_a_ring_slot_left_from_the_last():
+    window, context = 4, 32
+    old = blocks.window_plan(torch.zeros(window), torch.arange(11.0), window, context).positions  # 7..10 left
+    plan = blocks.window_plan(old, torch.arange(10.0), window, context)  # reaches the old slots' positions
+    keys = torch.cat([old - 1, torch.arange(10.0)])
+    for q in range(10):
+        assert sorted(keys[plan.mask[0, 0, q]].tolist()) == [p for p in range(q + 1) if q - window < p]
+
+
 def test_the_sliding_ring_skips_front_padding_past_the_context():
     window, context = 4, 16
     plan = blocks.window_plan(torch.zeros(window), torch.tensor([16.0, 17.0, 0.0, 1.0]), window, context)
@@ -328,17 +337,23 @@ def test_a_call_above_the_prefill_chunk_is_refused_by_executorchs_runtime(export
         verify.run(path, torch.zeros(1, 9, dtype=torch.long), torch.arange(9))
 
 
-def runner_tokens(path, prompt: str, new_tokens: int) -> list[int]:
-    """ExecuTorch's own TextLLMRunner on the .pte (host backend), its greedy output as token ids."""
+def runner_tokens(path, prompt: str, new_tokens: int, times: int = 1) -> list[int]:
+    """ExecuTorch's own TextLLMRunner on the .pte (host backend), its greedy output as token ids.
+
+    ``times`` > 1 generates again after the runner's ``reset()``, on the same loaded program, and
+    returns the last run's tokens.
+    """
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
     from coreai_partitioner import load_runtime_backend
 
     load_runtime_backend()
     runner = TextLLMRunner(str(path), str(path.parent / "tokenizer.json"))
-    pieces: list[str] = []
     config = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False)
-    runner.generate(prompt, config, token_callback=pieces.append)
+    for _ in range(times):
+        pieces: list[str] = []
+        runner.reset()
+        runner.generate(prompt, config, token_callback=pieces.append)
     return [ord(c) if ord(c) < 0x100 else ord(c) - 0x100 for c in "".join(pieces)]
 
 
@@ -352,7 +367,7 @@ def test_text_llm_runner_generates_hf_greedy_tokens_from_the_pte(kind, dtype, sh
     model, path = exported(kind, dtype, shapes)
     prompt = "Hello, Core AI"  # 14 tokens: past the sliding window of 8
     ids = llm.byte_tokenizer(model.config).encode(prompt).ids
-    got = runner_tokens(path, prompt, 10)
+    got = runner_tokens(path, prompt, 10, times=2 if shapes is SHAPES else 1)  # after reset(), from position 0
     assert_hf_greedy(got, model, ids, len(got))
 
 

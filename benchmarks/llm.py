@@ -12,8 +12,11 @@ active, d 2048) at 4 layers and Qwen3.5's (``Qwen3_5TextConfig``'s defaults:
 d 4096, gated delta rule with 32 value heads) at 8 (fp16, random weights
 saved once under ``--cache-dir`` with ``save_pretrained`` and loaded back
 with ``from_pretrained``; nothing is downloaded).  ``*-fp32`` rows are there
-for runtime figures; ``qwen3-0.6b-28l-fp32-all-logits`` exports every
-position's logits, beside the default last position's.  Every row is two processes, one after the other: the plugin
+for runtime figures (``qwen3-30b-a3b-1l-fp32`` at one layer: a 64-token call
+gathers 512 (token, expert) weight rows, 6.4 GB in fp32; ``qwen3.5-4l-fp32``
+with its embedding tied, 4 GB less); ``qwen3-0.6b-28l-fp32-all-logits`` exports every
+position's logits, beside the default last position's.  Eager's logits are
+computed and the model freed before the runtime loads the ``.pte``.  Every row is two processes, one after the other: the plugin
 path (``llm.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
 ``examples/export_llm.py`` does) and coreai-torch's one-shot conversion of
 the same model.  Time and exact peak RSS per phase come from
@@ -33,6 +36,7 @@ model, over the weight bytes (a tied embedding counted once).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -69,9 +73,9 @@ ROWS = {
     "qwen3-0.6b-28l-fp32": ("qwen3-0.6b", "fp32", 28, {}),
     "qwen3-0.6b-28l-fp32-all-logits": ("qwen3-0.6b", "fp32", 28, {"full_logits": True}),
     "qwen3-30b-a3b-4l": ("qwen3-30b-a3b", "fp16", 4, {}),
-    "qwen3-30b-a3b-2l-fp32": ("qwen3-30b-a3b", "fp32", 2, {}),
+    "qwen3-30b-a3b-1l-fp32": ("qwen3-30b-a3b", "fp32", 1, {}),
     "qwen3.5-8l": ("qwen3.5", "fp16", 8, {}),
-    "qwen3.5-4l-fp32": ("qwen3.5", "fp32", 4, {}),
+    "qwen3.5-4l-fp32": ("qwen3.5-tied", "fp32", 4, {}),
 }
 PATHS = ("plugin", "oneshot")
 #: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
@@ -79,14 +83,16 @@ PATHS = ("plugin", "oneshot")
 #: lm_head (0.05 GFLOP/s against 5 GFLOP/s in fp32), so that width is timed in fp32.
 TIMED_ROWS = (
     "llama", "qwen3", "mistral", "gemma3", "qwen3-moe", "qwen3.5",
-    "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-2l-fp32", "qwen3.5-4l-fp32",
+    "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-1l-fp32", "qwen3.5-4l-fp32",
 )
 #: Rows only there for runtime figures: the one-shot comparison is the fp16 row's (and the MoE rows have
 #: none: coreai-torch's one shot holds about 2.3x the weights, 14 GB at 4 layers of 128 experts).
 RUNTIME_ONLY_ROWS = (
-    "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-2l-fp32",
+    "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32",
     "qwen3.5-8l", "qwen3.5-4l-fp32",
 )
+#: Rows with experts: a one-call prefill gathers every (token, expert) pair's weights, as single calls do.
+MOE_ROWS = ("qwen3-moe", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32")
 #: Above this many weight bytes a row repeats its timed calls less (seconds per call at d 1024).
 LARGE = 100e6
 
@@ -100,6 +106,8 @@ def checkpoint_config(recipe: str, layers: int) -> Any:
         return transformers.Qwen3MoeConfig(num_hidden_layers=layers, **QWEN3_30B_A3B)
     if recipe == "qwen3.5":  # Qwen3_5TextConfig's defaults (hidden 4096, 32 heads of 128 for the delta rule)
         return transformers.Qwen3_5TextConfig(num_hidden_layers=layers)
+    if recipe == "qwen3.5-tied":  # the same with one 248,320 x 4096 embedding: 4 GB less in fp32
+        return transformers.Qwen3_5TextConfig(num_hidden_layers=layers, tie_word_embeddings=True)
     if recipe == "llama-3.2-1b":
         return transformers.LlamaConfig(
             vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
@@ -145,8 +153,19 @@ def _tree(span: memory_profile.Span) -> dict:
             "rss_after": span.rss_after, "peak": span.peak, "children": [_tree(c) for c in span.children.values()]}
 
 
-def time_runtime(pte: Path, model: Any, large: bool, full_logits: bool = False) -> dict:
-    """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs eager.
+def eager_reference(model: Any, full_logits: bool = False) -> tuple[Any, Any]:
+    """The timed prompt and Hugging Face eager's logits for it (the last position's unless ``full_logits``)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(0, model.config.vocab_size, (1, PROMPT), generator=generator)
+    with torch.no_grad():
+        expected = model(prompt).logits
+    return prompt, expected if full_logits else expected[:, -1:]  # what forward returns by default
+
+
+def time_runtime(pte: Path, prompt: Any, expected: Any, large: bool) -> dict:
+    """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs ``expected``.
 
     Warm medians of 5 one-call prefills and 2 token-by-token ones and 32 decode steps; a ``large``
     model (seconds per call) runs 2, 1 and 8.
@@ -161,8 +180,6 @@ def time_runtime(pte: Path, model: Any, large: bool, full_logits: bool = False) 
     program = Runtime.get().load_program(str(pte))
     method = program.load_method("forward")
     load_s = time.perf_counter() - start
-    generator = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, model.config.vocab_size, (1, PROMPT), generator=generator)
     positions = torch.arange(PROMPT)
 
     def one_call():
@@ -194,10 +211,6 @@ def time_runtime(pte: Path, model: Any, large: bool, full_logits: bool = False) 
         tokens.append(int(logits[0, -1].argmax()))
     decode_s = time.perf_counter() - start
     got = one_call()
-    with torch.no_grad():
-        expected = model(prompt).logits
-    if not full_logits:
-        expected = expected[:, -1:]  # what forward returns by default
     atol, rtol = verify.default_tolerances(expected.dtype)
     error = (got.float() - expected.float()).abs()
     return {
@@ -232,7 +245,10 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     }
     if path == "plugin" and runtime:
         result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
-        result.update(time_runtime(out, model, measurement.weights > LARGE, **ROWS[name][3]))
+        prompt, expected = eager_reference(model, **ROWS[name][3])
+        del model  # the runtime's copy of the weights is loaded next: at the real widths both do not fit
+        gc.collect()
+        result.update(time_runtime(out, prompt, expected, measurement.weights > LARGE))
     out.unlink(missing_ok=True)
     shutil.rmtree(out.with_suffix(".aimodel"), ignore_errors=True)  # the one shot's asset
     result["process_s"] = time.perf_counter() - started
@@ -390,14 +406,17 @@ def targets(plugin: dict, oneshot: dict) -> list[str]:
                   f"the weights <= 0.5 ({r['weights'] / GB:.1f} GB of weights)")
     for name in ROWS:
         r = good(name, plugin)
-        if r:
-            check(r["size"] / r["weights"] <= 1.05, f"{name}: .pte {r['size'] / r['weights']:.3f}x weights <= 1.05 "
+        if r:  # a tiny row's 16 kB of program is a few percent of its weights: reported, not judged
+            check(r["size"] / r["weights"] <= 1.05 if r["weights"] >= 1e6 else None,
+                  f"{name}: .pte {r['size'] / r['weights']:.3f}x weights <= 1.05 "
                   f"({(r['size'] - r['weights']) / 1e3:,.0f} kB above the weights)")
     for name in ROWS:
         r = good(name, plugin)
         if r and "ttft_one_call_s" in r:
             speedup = r["ttft_token_by_token_s"] / r["ttft_one_call_s"]
-            check(speedup >= 10, f"{name}: one-call prefill {speedup:.1f}x faster than 64 single calls >= 10x")
+            moe = name in MOE_ROWS  # gather_mm gathers one expert weight row per (token, expert): the same bytes either way
+            check(None if moe else speedup >= 10, f"{name}: one-call prefill {speedup:.1f}x faster than "
+                  f"{PROMPT} single calls" + (" (experts: gathered per token)" if moe else " >= 10x"))
     for name in ROWS:
         r = good(name, plugin)
         if r and "prefill_matches_eager" in r:

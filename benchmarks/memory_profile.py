@@ -12,7 +12,7 @@ from the kernel's high-water mark (``VmHWM``), reset at every phase boundary
 through ``/proc/self/clear_refs``, not from sampling, so peaks inside C++ code
 are seen.  Phases nest: functions inside torch.export, ExecuTorch, this plugin
 and coreai-torch are wrapped, and repeated calls are merged (``xN``).
-"extra/w" is peak RSS above the loaded model (weights paged in), over the
+"extra/w" is peak RSS above the loaded model (weights paged in) from the export on, over the
 weights.  Run one size per process; the machine is shared.
 :func:`measure_export` is the measurement; ``benchmarks/llm.py`` runs it for
 every row of its table.
@@ -121,6 +121,11 @@ class Profile:
         self.peak = max(self.peak, hwm)
         Path("/proc/self/clear_refs").write_text("5")
         return rss
+
+    def restart_peak(self) -> int:
+        """Start :attr:`peak` again from the current RSS (returned): what came before is not counted."""
+        self.peak = self._fold()
+        return self.peak
 
     @contextlib.contextmanager
     def phase(self, label: str):
@@ -281,7 +286,7 @@ def measure_export(
     with profile.phase("page in weights"):  # safetensors are mmap'd: count them in the baseline
         for tensor in {t.data_ptr(): t for t in model.state_dict().values()}.values():
             float(tensor.reshape(-1).view(torch.uint8)[::4096].sum())
-    baseline = _status()[0]
+    baseline = profile.restart_peak()  # loading an fp16 checkpoint as fp32 peaks above it: not the export's
     out.parent.mkdir(parents=True, exist_ok=True)
     started, cpu = time.perf_counter(), time.process_time()
     if oneshot:

@@ -236,10 +236,16 @@ def write_plan(position: torch.Tensor, shape: torch.Size, dtype: torch.dtype) ->
     slots = torch.arange(length, dtype=position.dtype, device=position.device)
     one_hot = (position.unsqueeze(-1) == slots).to(dtype)  # [T, L]
     kept = 1.0 - one_hot.sum(0).unsqueeze(-1)  # a float scalar, not a lifted int64
-    # Batched by a broadcasting product, not an expand: Core AI (coreai-core 1.0.0b3) folds an expand
-    # to a shape read at run time wrongly when an enumerated T is 1 (see passes.remove_noop_expands).
-    spread = one_hot.transpose(0, 1) * torch.ones(batch * heads, 1, 1, dtype=dtype, device=position.device)
-    return spread, kept
+    return _spread(one_hot, batch * heads), kept
+
+
+def _spread(one_hot: torch.Tensor, batch: int) -> torch.Tensor:
+    """``one_hot`` [T, L] as ``[batch, L, T]``, the left operand of :func:`write_at`'s ``bmm``.
+
+    Batched by a broadcasting product, not an expand: Core AI (coreai-core 1.0.0b3) folds an expand
+    to a shape read at run time wrongly when an enumerated T is 1 (see passes.remove_noop_expands).
+    """
+    return one_hot.transpose(0, 1) * torch.ones(batch, 1, 1, dtype=one_hot.dtype, device=one_hot.device)
 
 
 def write_at(cache: torch.Tensor, states: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -284,12 +290,9 @@ def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int,
 
 
 def ring_write(cache: torch.Tensor, states: torch.Tensor, plan: WindowPlan) -> torch.Tensor:
-    """``cache`` [B, H, size, D] with this call's ``states`` [B, H, T, D] written by ``plan``."""
-    batch, heads, size, dim = cache.shape
-    spread = plan.one_hot.to(cache.dtype).transpose(0, 1) * torch.ones(batch * heads, 1, 1, dtype=cache.dtype, device=cache.device)
-    rows = states.to(cache.dtype).reshape(batch * heads, states.shape[2], dim)
-    written = torch.bmm(spread, rows).view(batch, heads, size, dim)
-    return cache * plan.kept.to(cache.dtype) + written
+    """``cache`` [B, H, size, D] with this call's ``states`` [B, H, T, D] written by ``plan`` (:func:`write_at`)."""
+    batch, heads = cache.shape[:2]
+    return write_at(cache, states, (_spread(plan.one_hot.to(cache.dtype), batch * heads), plan.kept.to(cache.dtype)))
 
 
 # ---------------------------------------------------------------- attention
@@ -593,7 +596,8 @@ class MoE(nn.Module):
         (what the Core AI asset keeps compressed); the model's own float
         parameters are left as they were, and no longer read.
         """
-        for name, inputs in (("gate_up", 1 if self.transposed else 2), ("down", 1 if self.transposed else 2)):
+        inputs = 1 if self.transposed else 2  # [E, in, out] or [E, out, in]
+        for name in ("gate_up", "down"):
             weight = getattr(self, name).detach()
             data, scale = quantize_weight(weight, scheme, input_axis=inputs, block_size=block_size)
             self.register_buffer(f"{name}_quantized", data)

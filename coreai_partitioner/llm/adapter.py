@@ -111,6 +111,19 @@ class Build:
             return self._longrope_table(inv_freq, scaling)
         raise self.refuse("rope_parameters['rope_type']", kind, f"one of {', '.join((*STATIC_ROPE_TYPES, 'longrope'))}")
 
+    def layer_ropes(self) -> list[str]:
+        """The RoPE table each layer rotates with, by name: its layer type's where the model's rotary
+        embedding keeps one table per layer type (Gemma 3, Gemma 4, OLMo 3 on transformers 5.24), made
+        here, else ``"default"``."""
+        rotary = self.base.rotary_emb
+        types = self.layer_types()
+        if not all(hasattr(rotary, f"{layer_type}_inv_freq") for layer_type in types):
+            return ["default"] * len(types)
+        for layer_type in sorted(set(types)):
+            if layer_type not in self.ropes:
+                self.ropes[layer_type] = self.rope_table(rotary, layer_type=layer_type)
+        return types
+
     def _longrope_table(self, short: torch.Tensor, scaling: float) -> RopeTable:
         from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 

@@ -58,9 +58,7 @@ def family_of(model: nn.Module | str) -> ModuleType:
     model_type = model if isinstance(model, str) else model_type_of(model)
     family = registry().get(model_type)
     if family is None:
-        what = model if isinstance(model, str) else f"{type(model).__name__} (model_type {model_type!r})"
-        if isinstance(model, str):
-            what = f"model_type {model!r}"
+        what = f"model_type {model!r}" if isinstance(model, str) else f"{type(model).__name__} (model_type {model_type!r})"
         raise UnsupportedModel(
             f"no coreai_partitioner.llm family adapts {what}; families: {', '.join(supported())}. "
             "To export it anyway, keep its composites with your own specs: "

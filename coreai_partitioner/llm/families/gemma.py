@@ -24,11 +24,7 @@ MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
 def build(build):
     config = build.config
     base = build.base
-    per_type = hasattr(base.rotary_emb, "full_attention_inv_freq")
-    if per_type:
-        for layer_type in ("full_attention", "sliding_attention"):
-            build.ropes[layer_type] = build.rope_table(base.rotary_emb, layer_type=layer_type)
-    types = build.layer_types()
+    ropes = build.layer_ropes()
     softcap = getattr(config, "attn_logit_softcapping", None) if build.model_type == "gemma2" else None
     layers = []
     for i, layer in enumerate(base.layers):
@@ -38,7 +34,7 @@ def build(build):
             norms = dict(q_norm=build.norm(attn.q_norm, plus_one=True), k_norm=build.norm(attn.k_norm, plus_one=True))
         attention = build.attention(
             i,
-            rope=types[i] if per_type else "default",
+            rope=ropes[i],
             softcap=softcap,
             **norms,
         )

@@ -79,10 +79,9 @@ def build(build):
     base = build.base
     if getattr(config, "enable_moe_block", False):
         raise build.refuse("enable_moe_block", True, "False (Gemma 4's MoE block is not adapted yet)")
-    for layer_type in sorted(set(config.layer_types)):
-        build.ropes[layer_type] = build.rope_table(base.rotary_emb, layer_type=layer_type)
-    modes = config.kv_sharing_modes
+    ropes = build.layer_ropes()  # a table per layer type
     types = build.layer_types()
+    modes = config.kv_sharing_modes
     act = activation(config.hidden_activation, "hidden_activation")
     producers: dict[str, str] = {}
     layers = []
@@ -96,7 +95,7 @@ def build(build):
         attention = build.attention(
             i,
             shape=heads,
-            rope=types[i],
+            rope=ropes[i],
             q_norm=build.norm(attn.q_norm, fp32_scale=True),
             k_norm=None if reuse else build.norm(attn.k_norm, fp32_scale=True),
             v_norm=None if reuse else build.norm(attn.v_norm, fp32_scale=True),

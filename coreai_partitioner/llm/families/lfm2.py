@@ -35,7 +35,7 @@ def build(build):
                 k_norm=build.norm(attn.k_layernorm),
             )
         ff = layer.feed_forward
-        mlp = GatedMLP(config.hidden_act if hasattr(config, "hidden_act") else "silu", gate=ff.w1, up=ff.w3, down=ff.w2)
+        mlp = GatedMLP(getattr(config, "hidden_act", "silu"), gate=ff.w1, up=ff.w3, down=ff.w2)
         layers.append(build.block(mixer, mlp, pre_attn=build.norm(layer.operator_norm), pre_mlp=build.norm(layer.ffn_norm)))
     return build.decoder(layers, norm=build.norm(build.base.embedding_norm))
 

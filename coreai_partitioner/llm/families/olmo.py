@@ -20,12 +20,7 @@ MODEL_TYPES = ("olmo2", "olmo3")
 
 
 def build(build):
-    rotary = build.base.rotary_emb
-    per_type = hasattr(rotary, "full_attention_inv_freq")  # OLMo 3 on transformers 5.24: one table per layer type
-    if per_type:
-        for layer_type in ("full_attention", "sliding_attention"):
-            build.ropes[layer_type] = build.rope_table(rotary, layer_type=layer_type)
-    types = build.layer_types()
+    ropes = build.layer_ropes()  # OLMo 3 on transformers 5.24: one table per layer type
     layers = []
     for i, layer in enumerate(build.base.layers):
         attn = layer.self_attn
@@ -34,7 +29,7 @@ def build(build):
             q_norm=build.norm(attn.q_norm, fp32_scale=True),
             k_norm=build.norm(attn.k_norm, fp32_scale=True),
             norm_width="all",
-            rope=types[i] if per_type else "default",
+            rope=ropes[i],
         )
         layers.append(
             build.block(

@@ -153,15 +153,9 @@ def check(model, pte: Path, shapes: llm.DecoderShapes, quantized, full_logits: b
 
 def eager_greedy(module: torch.nn.Module, prompt: list[int], new_tokens: int, eos_ids: tuple[int, ...]) -> list[int]:
     """Greedy tokens from an eager ``forward(tokens, input_pos)`` program (the quantized reference)."""
-    tokens = list(prompt)
     with torch.no_grad():
-        logits = module(torch.tensor([tokens]), torch.arange(len(tokens)))
-        for _ in range(new_tokens):
-            tokens.append(int(logits[0, -1].argmax()))
-            if tokens[-1] in eos_ids:
-                break
-            logits = module(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
-    return tokens
+        logits = module(torch.tensor([prompt]), torch.arange(len(prompt)))
+        return list(prompt) + list(llm.decode_tokens(module, logits, len(prompt), new_tokens, eos_ids))
 
 
 def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes: llm.DecoderShapes, new_tokens: int) -> None:

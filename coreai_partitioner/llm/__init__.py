@@ -26,7 +26,7 @@ from .blocks import UnsupportedConfig
 from .decoder import Decoder, reset_state
 from .export import SHAPE_MODES, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
 from .families import UnsupportedModel, family_of, supported, tiny_config
-from .generate import TextPieces, byte_tokenizer, check_call, eos_ids_of, greedy_decode, prefill_calls
+from .generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, prefill, prefill_calls
 
 __all__ = [
     "SHAPE_MODES",
@@ -40,6 +40,7 @@ __all__ = [
     "adapt",
     "byte_tokenizer",
     "check_call",
+    "decode_tokens",
     "eos_ids_of",
     "export_decoder",
     "family_of",
@@ -47,6 +48,7 @@ __all__ = [
     "greedy_decode",
     "lower_decoder",
     "plan",
+    "prefill",
     "prefill_calls",
     "reset_state",
     "runner_metadata",

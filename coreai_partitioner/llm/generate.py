@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import codecs
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,40 @@ def eos_ids_of(program: Any) -> tuple[int, ...]:
         return ()
 
 
+def prefill(program: Any, prompt: list[int], shapes: DecoderShapes) -> torch.Tensor:
+    """``prompt`` fed to a lowered decoder from an empty cache, one call per chunk (:func:`prefill_calls`); the
+    last call's logits.  ``program`` is what ``verify.run`` takes."""
+    from .. import verify
+
+    verify.reset_state(program)
+    for chunk, positions, _ in prefill_calls(prompt, 0, shapes):
+        (logits,) = verify.run(program, chunk, positions)
+    return logits
+
+
+def decode_tokens(
+    forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    logits: torch.Tensor,
+    position: int,
+    new_tokens: int,
+    eos_ids: Collection[int],
+    pick: Callable[[torch.Tensor], int] | None = None,
+) -> Iterator[int]:
+    """The tokens after a prefill whose logits are ``logits``, one ``forward(tokens, input_pos)`` call each.
+
+    The first goes to cache ``position``.  Ends after ``new_tokens``, or at
+    an EOS id (yielded), as ``generate`` does.  ``pick`` turns a position's
+    logits ``[vocab]`` into a token (the argmax if ``None``).
+    """
+    for count in range(1, new_tokens + 1):
+        token = int(logits[0, -1].argmax()) if pick is None else pick(logits[0, -1])
+        yield token
+        if count == new_tokens or token in eos_ids:
+            return
+        logits = forward(torch.tensor([[token]]), torch.tensor([position]))
+        position += 1
+
+
 def greedy_decode(
     program: Any, prompt: list[int], new_tokens: int, shapes: DecoderShapes, *, eos_ids: tuple[int, ...] | None = None
 ) -> list[int]:
@@ -84,17 +118,12 @@ def greedy_decode(
     prefill_calls(prompt + [0] * (new_tokens - 1), 0, shapes)  # raises if it cannot fit
     if eos_ids is None:
         eos_ids = eos_ids_of(program)
-    verify.reset_state(program)
-    tokens = list(prompt)
-    logits = None
-    for chunk, positions, _ in prefill_calls(prompt, 0, shapes):
-        (logits,) = verify.run(program, chunk, positions)
-    for _ in range(new_tokens):
-        tokens.append(int(logits[0, -1].argmax()))
-        if len(tokens) == len(prompt) + new_tokens or tokens[-1] in eos_ids:
-            break
-        (logits,) = verify.run(program, torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
-    return tokens
+
+    def forward(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return verify.run(program, tokens, positions)[0]
+
+    logits = prefill(program, prompt, shapes)
+    return list(prompt) + list(decode_tokens(forward, logits, len(prompt), new_tokens, eos_ids))
 
 
 @dataclass(frozen=True)

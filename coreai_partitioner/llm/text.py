@@ -26,8 +26,8 @@ import torch
 
 from ..console import NativeStreams
 from .export import DecoderShapes
-from .generate import Generation, TextPieces, eos_ids_of, prefill_calls
-from .tokenizer import check
+from .generate import Generation, TextPieces, decode_tokens, eos_ids_of, prefill, prefill_calls
+from .tokenizer import check, runner_loaders
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -40,14 +40,7 @@ class TokenText:
         self.kind = loaded.kind
         self._on_text = on_text
         with NativeStreams():
-            import pytorch_tokenizers as p
-
-            self._runner = {
-                "huggingface": p.CppHFTokenizer,
-                "tiktoken": p.CppTiktoken,
-                "sentencepiece": p.CppSPTokenizer,
-                "llama2c": p.CppLlama2cTokenizer,
-            }[self.kind]()
+            self._runner = dict(runner_loaders())[self.kind]()
             self._runner.load(str(loaded.path))
         if self.kind == "huggingface":
             from tokenizers import Tokenizer
@@ -137,24 +130,20 @@ def generate_text(
             return int(logits.argmax())
         return int(torch.multinomial(torch.softmax(logits.float() / temperature, -1), 1, generator=generator))
 
+    def forward(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return verify.run(pte, tokens, positions)[0]
+
     generated: list[int] = []
     with NativeStreams():  # the runtime's own log lines; the text still reaches on_text
         eos = set(eos_ids_of(pte))
-        verify.reset_state(pte)
         started = time.perf_counter()
-        for chunk, positions, _ in prefill_calls(ids, 0, shapes):
-            (logits,) = verify.run(pte, chunk, positions)
+        logits = prefill(pte, ids, shapes)
         prompt_seconds = time.perf_counter() - started
         started = time.perf_counter()
-        while len(generated) < max_new_tokens:
-            token = pick(logits[0, -1])
+        for token in decode_tokens(forward, logits, len(ids), max_new_tokens, eos, pick):
             generated.append(token)
-            if token in eos:
-                break
-            text.feed(token)
-            if len(generated) == max_new_tokens:
-                break
-            (logits,) = verify.run(pte, torch.tensor([[token]]), torch.tensor([len(ids) + len(generated) - 1]))
+            if token not in eos:
+                text.feed(token)
         text.close()
     return Generation("".join(chunks), len(ids), len(generated), prompt_seconds, time.perf_counter() - started)
 

@@ -51,7 +51,8 @@ def find(checkpoint: str | os.PathLike) -> Path | None:
     return tiktoken[0] if tiktoken else None
 
 
-def _loaders() -> list[tuple[str, type]]:
+def runner_loaders() -> list[tuple[str, type]]:
+    """``(kind, pytorch_tokenizers class)`` in the order ExecuTorch's runner tries them."""
     with NativeStreams():  # importing it logs a line from C++
         import pytorch_tokenizers as p
 
@@ -69,7 +70,7 @@ def check(path: str | os.PathLike) -> Tokenizer:
     if not path.is_file():
         raise TokenizerError(f"{path}: no such tokenizer file")
     reasons = {}
-    for kind, loader in _loaders():
+    for kind, loader in runner_loaders():
         said = NativeStreams()  # the C++ loaders write their reasons to file descriptor 2
         with said:
             try:

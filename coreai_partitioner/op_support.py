@@ -9,6 +9,7 @@ upstream, the reason is in the method that differs.
 from __future__ import annotations
 
 import logging
+import operator
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and _is_index_put(node) and _symbolic_beyond_dim0(node):
             # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
             return False
-        if node.op == "call_function" and _is_symbolic_scalar(node.meta.get("val")) and not self._readers_inside(submodules, node):
+        if node.op == "call_function" and is_symbolic_scalar(node.meta.get("val")) and not self._readers_inside(submodules, node):
             return False  # a delegate cannot return it: the scalar stays with its readers, outside
         if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
             return self._supports_symbolic(node)
@@ -105,7 +106,8 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         )
 
 
-def _is_symbolic_scalar(value: Any) -> bool:
+def is_symbolic_scalar(value: Any) -> bool:
+    """``value`` (a node's ``meta["val"]``) is a symbolic int, float or bool."""
     return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
@@ -114,7 +116,7 @@ def _from_scalar_input(node: torch.fx.Node) -> bool:
     pending, seen = [node], set()
     while pending:
         current = pending.pop()
-        if current in seen or not _is_symbolic_scalar(current.meta.get("val")):
+        if current in seen or not is_symbolic_scalar(current.meta.get("val")):
             continue
         seen.add(current)
         if current.op == "placeholder":
@@ -124,7 +126,7 @@ def _from_scalar_input(node: torch.fx.Node) -> bool:
 
 
 def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
-    return any(_is_symbolic_scalar(val) for val in _compat.node_tensor_vals(node))
+    return any(is_symbolic_scalar(val) for val in _compat.node_tensor_vals(node))
 
 
 def _is_index_put(node: torch.fx.Node) -> bool:
@@ -149,8 +151,6 @@ def _is_int32_cast(node: torch.fx.Node) -> bool:
 
 def _narrowed_indices(getitem: torch.fx.Node) -> bool:
     """``getitem`` takes topk's indices, and every user casts them to int32."""
-    import operator
-
     source = getitem.args[0] if getitem.target is operator.getitem and getitem.args else None
     return (
         isinstance(source, torch.fx.Node)
@@ -164,8 +164,6 @@ def _narrowed_indices(getitem: torch.fx.Node) -> bool:
 
 def _in_narrowed_index(node: torch.fx.Node) -> bool:
     """``node`` is a topk whose indices are only ever narrowed to int32, that narrowing's getitem, or its cast."""
-    import operator
-
     target = _compat.aten_op(node.target)
     if target is torch.ops.aten.topk.default:
         indices = [user for user in node.users if user.target is operator.getitem and user.args[1] == 1]

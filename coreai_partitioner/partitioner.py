@@ -21,7 +21,7 @@ from .backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, com
 from .build_records import claim_call_sites
 from .call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from .externalize import check_records
-from .op_support import OperatorSupport
+from .op_support import OperatorSupport, is_symbolic_scalar
 
 logger = logging.getLogger(__name__)
 
@@ -112,14 +112,10 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         return DelegationSpec(BACKEND_ID, self._compile_specs + [spec])
 
 
-def _is_symbolic_scalar(node: Any) -> bool:
-    return isinstance(node, torch.fx.Node) and isinstance(node.meta.get("val"), (torch.SymInt, torch.SymFloat, torch.SymBool))
-
-
 def raise_on_symbolic_outputs(graph: torch.fx.Graph) -> None:
     """No delegate may return a symbolic scalar: the ``.aimodel`` would type it as a tensor.
 
-    :func:`~coreai_partitioner.passes.split_symbolic_sizes` gives each reader
+    :class:`~coreai_partitioner.passes.SplitSymbolicSizes` gives each reader
     of a size its own ``sym_size`` and op support leaves one whose readers
     all stay outside out too, so what is left here is a symbolic scalar
     computed from a tensor only a delegate has: the error names it.
@@ -127,7 +123,7 @@ def raise_on_symbolic_outputs(graph: torch.fx.Graph) -> None:
     problems = []
     for node in graph.nodes:
         tag = node.meta.get("delegation_tag")
-        if tag is None or not _is_symbolic_scalar(node):
+        if tag is None or not is_symbolic_scalar(node.meta.get("val")):
             continue
         readers = sorted(user.name for user in node.users if user.meta.get("delegation_tag") != tag)
         if readers:

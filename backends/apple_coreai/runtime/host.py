@@ -49,7 +49,6 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator

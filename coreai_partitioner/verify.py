@@ -203,15 +203,34 @@ def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir
 
 # Loaded programs by .pte digest; each holds its delegates' compiled assets and state.
 _programs: dict[str, Any] = {}
+# .pte digests by (path, inode, size, modification time): a file is read and hashed once, not on every call
+# (a decode loop calls once per token).
+_file_digests: dict[tuple, str] = {}
 
 
-def _run_pte(data: bytes, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
-    """Run a method of a ``.pte`` in ExecuTorch's runtime, Core AI delegates on the host backend."""
+def _pte_digest(pte: bytes | str | os.PathLike) -> str:
+    if not isinstance(pte, (str, os.PathLike)):
+        return hashlib.sha256(pte).hexdigest()
+    info = os.stat(pte)
+    key = (os.path.realpath(pte), info.st_ino, info.st_size, info.st_mtime_ns)
+    if key not in _file_digests:
+        digest = hashlib.sha256()
+        with open(pte, "rb") as file:
+            while chunk := file.read(1 << 24):
+                digest.update(chunk)
+        _file_digests[key] = digest.hexdigest()
+    return _file_digests[key]
+
+
+def _run_pte(pte: bytes | Path, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
+    """Run a method of a ``.pte`` (bytes, or a path read only when first loaded) in ExecuTorch's runtime,
+    Core AI delegates on the host backend."""
     from .backends.apple_coreai.runtime import host as host_runtime
 
-    key = hashlib.sha256(data).hexdigest()
+    key = _pte_digest(pte)
     program = _programs.get(key)
     if program is None:
+        data = pte if isinstance(pte, bytes) else pte.read_bytes()
         try:
             program = host_runtime.load_program(data, sidecar_dir=sidecar_dir)
         except RuntimeError as error:
@@ -254,7 +273,7 @@ def run(
         return _run_pte(bytes(program), inputs, method, sidecar_dir)
     if isinstance(program, (str, os.PathLike)):
         path = Path(program)
-        return _run_pte(path.read_bytes(), inputs, method, sidecar_dir if sidecar_dir is not None else path.parent)
+        return _run_pte(path, inputs, method, sidecar_dir if sidecar_dir is not None else path.parent)
     if hasattr(program, "exported_program"):
         return _run_in_memory(program, inputs, method, sidecar_dir)
     raise UnsupportedProgram(
@@ -271,9 +290,7 @@ def reset_state(program: Any = None) -> None:
         return
     if isinstance(program, (bytes, bytearray, memoryview, str, os.PathLike)):
         # Dropping the loaded program destroys its delegates and their state; the next run reloads it.
-        data = bytes(program) if not isinstance(program, (str, os.PathLike)) else Path(program).read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
-        _programs.pop(digest, None)
+        _programs.pop(_pte_digest(program if isinstance(program, (str, os.PathLike)) else bytes(program)), None)
         return
     from executorch.exir.lowered_backend_module import get_lowered_backend_modules
 

@@ -114,6 +114,28 @@ def test_a_compiled_asset_is_not_compiled_again(two_norms_pte):
     assert verify.compiled_assets() == compiled
 
 
+def test_a_pte_path_is_hashed_once_and_again_only_when_the_file_changes(tmp_path, monkeypatch):
+    # A decode loop runs a path once per token: it must not read and hash the whole .pte each time.
+    path = tmp_path / "model.pte"
+    programs = []
+    for _ in range(2):
+        model, x, ep, records = two_norms()
+        programs.append((model, x, lower(ep, records).to_executorch().buffer))
+    hashes = []
+    sha256 = verify.hashlib.sha256
+    monkeypatch.setattr(verify.hashlib, "sha256", lambda *data: hashes.append(1) or sha256(*data))
+    for model, x, data in programs:  # the second is written over the first, at the same path
+        path.write_bytes(data)
+        before = len(hashes)
+        torch.testing.assert_close(verify.run(path, x)[0], model(x).detach(), rtol=1e-4, atol=1e-5)
+        assert len(hashes) > before  # a new file: hashed (and loaded)
+        loaded = len(hashes)
+        for _ in range(3):
+            torch.testing.assert_close(verify.run(path, x)[0], model(x).detach(), rtol=1e-4, atol=1e-5)
+        assert len(hashes) == loaded  # the same file: not hashed again
+    assert not torch.allclose(programs[0][0](x), programs[1][0](x))
+
+
 def test_fp16_model_matches_within_fp16_tolerance():
     model = TinyTransformer(layers=1, dim=32, heads=4).half().eval()
     tokens = torch.randint(0, 128, (1, 8), dtype=torch.int32)

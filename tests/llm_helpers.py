@@ -78,7 +78,7 @@ def adapted_and_eager(model_type: str, shapes, prompt: int, steps: int = 4) -> t
     decoder = llm.adapt(model, shapes, full_logits=True)
     with torch.no_grad():
         expected = model(tokens).logits
-        decoder(prompt_tokens(prompt, seed=1), torch.arange(prompt))  # another prompt first: position 0 starts over
+        decoder(prompt_tokens(prompt, seed=2), torch.arange(prompt))  # another prompt first: position 0 starts over
         got = [decoder(tokens[:, :prompt], torch.arange(prompt))]
         got += [decoder(tokens[:, t : t + 1], torch.tensor([t])) for t in range(prompt, prompt + steps)]
     return torch.cat(got, 1), expected

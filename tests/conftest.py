@@ -75,3 +75,11 @@ def upstream_run() -> UpstreamRun:
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def real_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2-135M-Instruct, a real trained model, as a Hugging Face checkpoint folder (tests/real_checkpoint.py)."""
+    from real_checkpoint import smollm2_checkpoint
+
+    return smollm2_checkpoint(tmp_path_factory.mktemp("real") / "smollm2-135m-instruct")

@@ -95,6 +95,21 @@ def swap_attn_implementation(config: Any, implementation: str) -> str:
     return previous
 
 
+def annotate_nodes(annotation: dict) -> Any:
+    """``torch.fx.traceback.annotate``: ops traced inside get ``annotation`` in ``node.meta["custom"]``
+    (kept only by a trace under :func:`preserve_node_meta`)."""
+    from torch.fx.traceback import annotate
+
+    return annotate(annotation)
+
+
+def preserve_node_meta() -> Any:
+    """``torch.fx.traceback.preserve_node_meta``: a trace keeps the annotations of :func:`annotate_nodes`."""
+    from torch.fx.traceback import preserve_node_meta as preserve
+
+    return preserve()
+
+
 def fake_mode() -> Any:
     """A fake-tensor mode with a shape environment, taking real (or meta) tensors as inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -115,12 +115,12 @@ _DIGEST_DOMAIN = b"ExecuTorch.CoreAI.raw-assets.sha256.v1\0"
 _CHUNK_BYTES = 1 << 20
 
 
-def coreai_io_names(program: Any) -> tuple[list[str], list[str]]:
-    """The main graph's argument and result names (``coreai.name``), in graph order.
+def coreai_io_names(program: Any, entrypoint: str = MAIN_ENTRYPOINT) -> tuple[list[str], list[str]]:
+    """An entrypoint's argument and result names (``coreai.name``), in graph order.
 
     State arguments and their token results are included, as upstream writes them.
     """
-    graph = _compat.coreai_graph(program, MAIN_ENTRYPOINT)
+    graph = _compat.coreai_graph(program, entrypoint)
     function_type = graph.function_type.value
     names = []
     for kind, attrs, types in (
@@ -140,6 +140,7 @@ def bindings(
     *,
     stateful: bool,
     specializations: dict[str, dict[str, tuple]] | None = None,
+    function: str = MAIN_ENTRYPOINT,
 ) -> dict[str, Any]:
     """The manifest's runtime bindings: names, the function (or enumerated functions), what the device refuses."""
     fields: dict[str, Any] = {"version": MANIFEST_VERSION, "input_names": input_names, "output_names": output_names}
@@ -151,7 +152,7 @@ def bindings(
         fields["runtime_supported"] = False
         fields["runtime_unsupported_reason"] = "enumerated_shapes"
     else:
-        fields["function"] = MAIN_ENTRYPOINT
+        fields["function"] = function
     if stateful:
         fields["runtime_supported"] = False
         fields["runtime_unsupported_reason"] = "stateful"

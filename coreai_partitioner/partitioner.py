@@ -17,6 +17,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
 from . import _compat, _upstream
 from .backends.apple_coreai import BACKEND_ID
+from .backends.apple_coreai.preprocess import SHARE_ASSET_KEY
 from .backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, compile_specs as debug_info_specs
 from .build_records import claim_call_sites
 from .call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
@@ -38,6 +39,10 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             ``"none"`` (default, as ExecuTorch keeps debug data out of a
             ``.pte``), ``"op_ids"`` or ``"full"`` (torch stack traces with the
             build machine's source paths, for device diagnostics).
+        share_asset: the methods lowered together with such partitioners (one
+            ``to_backend`` call, one delegate each) share one Core AI asset,
+            a function each named after its method, so weights they share are
+            stored once (an LLM's prefill and decode methods).
         **options: every option of ``executorch.backends.apple.coreai.CoreAIPartitioner``
             (``uses_sidecar``, ``aot_compile_config``, ``min_deployment_version``,
             ``input_enumerations``, ``take_over_constant_data``,
@@ -48,11 +53,18 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
     """
 
     def __init__(
-        self, externalized_modules: Sequence[Any] | None = None, *, debug_info: str = DEFAULT_DEBUG_INFO, **options: Any
+        self,
+        externalized_modules: Sequence[Any] | None = None,
+        *,
+        debug_info: str = DEFAULT_DEBUG_INFO,
+        share_asset: bool = False,
+        **options: Any,
     ) -> None:
         super().__init__(**options)
         self._records = check_records(externalized_modules)
         self._compile_specs = _compat.base_compile_specs(self) + debug_info_specs(debug_info)
+        if share_asset:
+            self._compile_specs.append(CompileSpec(SHARE_ASSET_KEY, b"1"))
         self.delegation_spec = DelegationSpec(BACKEND_ID, self._compile_specs)
         # to_edge_transform_and_lower calls transform_for_pre_decomposition once
         # per method before partition(); the legacy to_edge() flow never does.

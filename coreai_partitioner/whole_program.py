@@ -25,10 +25,11 @@ re-runs the delegate's program on fake tensors once per pass.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -53,6 +54,43 @@ _TRACED_BACK = (torch.ops.aten.sym_size.int,)
 
 #: What may stay outside the delegate for the fast edge conversion: the casts around it.
 _CASTS = (torch.ops.aten._to_copy.default,)
+
+
+#: ``node.meta["custom"]`` key of the ops a model keeps outside the Core AI delegate (:func:`outside_delegate`).
+OUTSIDE = "coreai_partitioner.outside_delegate"
+
+
+@contextlib.contextmanager
+def outside_delegate() -> Iterator[None]:
+    """Ops a model traces inside stay outside the Core AI delegate when :func:`lower_whole_programs` lowers it.
+
+    The model must be exported under :func:`_compat.preserve_node_meta`, which keeps the annotation.
+    """
+    with _compat.annotate_nodes({OUTSIDE: True}):
+        yield
+
+
+def mark_outside(graph: torch.fx.Graph) -> int:
+    """Tag the nodes traced under :func:`outside_delegate` ``do_not_delegate``; returns how many."""
+    marked = 0
+    for node in graph.nodes:
+        if (node.meta.get("custom") or {}).get(OUTSIDE):
+            _compat.do_not_delegate(node)
+            marked += 1
+    return marked
+
+
+class WholeProgramManager(EdgeProgramManager):
+    """An ``EdgeProgramManager`` whose ``to_executorch()`` defaults to the config its lowering needs."""
+
+    def __init__(self, *args: Any, executorch_config: Callable[[], Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._executorch_config = executorch_config
+
+    def to_executorch(self, config: Any = None) -> Any:
+        if config is None and self._executorch_config is not None:
+            config = self._executorch_config()  # a new one each time: a memory planning pass keeps state
+        return super().to_executorch(config)
 
 
 def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:
@@ -86,26 +124,55 @@ def lower_whole_program(
     delegate takes whole, where it saves every re-trace of the delegated part
     but one; it is correct for any program.
     """
-    config = compile_config if compile_config is not None else _compat.get_default_compile_config()
-    started = time.perf_counter()
-    table = decomposition_table(partitioner, program)
-    undecomposed = [op for op in table if op not in _TRACED_BACK]
-    if program.dialect != "ATEN" or contains_any_call_fn_target_op(program.graph_module, undecomposed):
-        program = program.run_decompositions(table)
-    RemoveNonCoreAtenOpGraphAssertsPass()(program.graph_module)
-    for transform in get_default_passes():  # the transform passes lower() runs on the edge program
-        transform(program.graph_module)
-    logger.info("decomposed and narrowed for Core AI in %.1f s", time.perf_counter() - started)
+    return lower_whole_programs(
+        {"forward": (program, partitioner)}, constant_methods=constant_methods, compile_config=compile_config
+    )
 
-    partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes
-    lowered = to_backend(MethodProgramsPartitionerSpec({"forward": program}, {"forward": partitioner}))["forward"]
-    lowered = remove_unused_parameters_pass(lowered)
-    if _only_casts_outside(lowered):
-        edge = _casts_to_edge(lowered, config)
-    else:
-        logger.info("ops outside the Core AI delegate: converting them with ExecuTorch's edge passes")
-        edge = _compat.aten_to_edge_program(config, lowered)
-    return EdgeProgramManager({"forward": edge}, dict(constant_methods) if constant_methods else None, config)
+
+def lower_whole_programs(
+    methods: Mapping[str, tuple[ExportedProgram, CoreAIPartitioner]],
+    *,
+    constant_methods: Mapping[str, Any] | None = None,
+    compile_config: Any = None,
+    executorch_config: Callable[[], Any] | None = None,
+) -> WholeProgramManager:
+    """:func:`lower_whole_program` for several methods, a program and a partitioner each, in one ``to_backend`` call.
+
+    One call is what lets partitioners built with ``share_asset`` give their
+    methods one asset (the backend's ``preprocess_multimethod`` sees them all).
+    Ops the model traced under :func:`outside_delegate` stay outside.
+    ``executorch_config`` makes the ``ExecutorchBackendConfig`` the result's
+    ``to_executorch()`` uses when given none.
+    """
+    config = compile_config if compile_config is not None else _compat.get_default_compile_config()
+    programs: dict[str, ExportedProgram] = {}
+    for method, (program, partitioner) in methods.items():
+        started = time.perf_counter()
+        table = decomposition_table(partitioner, program)
+        undecomposed = [op for op in table if op not in _TRACED_BACK]
+        if program.dialect != "ATEN" or contains_any_call_fn_target_op(program.graph_module, undecomposed):
+            program = program.run_decompositions(table)
+        RemoveNonCoreAtenOpGraphAssertsPass()(program.graph_module)
+        for transform in get_default_passes():  # the transform passes lower() runs on the edge program
+            transform(program.graph_module)
+        mark_outside(program.graph)
+        logger.info("%s: decomposed and narrowed for Core AI in %.1f s", method, time.perf_counter() - started)
+        partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes
+        programs[method] = program
+
+    partitioners = {method: partitioner for method, (_, partitioner) in methods.items()}
+    lowered_methods = to_backend(MethodProgramsPartitionerSpec(programs, partitioners))
+    edges = {}
+    for method, lowered in lowered_methods.items():
+        lowered = remove_unused_parameters_pass(lowered)
+        if _only_casts_outside(lowered):
+            edges[method] = _casts_to_edge(lowered, config)
+        else:
+            logger.info("%s: ops outside the Core AI delegate: converting them with ExecuTorch's edge passes", method)
+            edges[method] = _compat.aten_to_edge_program(config, lowered)
+    return WholeProgramManager(
+        edges, dict(constant_methods) if constant_methods else None, config, executorch_config=executorch_config
+    )
 
 
 def _outside_ops(program: ExportedProgram) -> list[torch.fx.Node]:

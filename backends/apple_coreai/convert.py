@@ -7,6 +7,7 @@ import copy
 import io
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import torch.fx as fx
@@ -23,7 +24,7 @@ from .debug_info import DEFAULT as DEFAULT_DEBUG_INFO, keep_only
 logger = logging.getLogger(__name__)
 
 
-def converter_records(graph: fx.Graph) -> list[Any]:
+def converter_records(graph: fx.Graph, prefix: str = "") -> list[Any]:
     """The records coreai-torch's converter takes for the delegate ``graph``.
 
     Reads the record the partitioner put on each call site (and the records
@@ -33,8 +34,10 @@ def converter_records(graph: fx.Graph) -> list[Any]:
     nested call sites or repeats heads by ``index_select``, over a renamed or
     rewritten copy of its graph.  coreai-torch's op
     and graph names carry per-process suffixes and both reach the asset, so
-    the names are what make two builds of one model alike.  ``graph`` is
-    renamed in place; the records themselves are never changed.
+    the names are what make two builds of one model alike.  ``prefix``
+    starts each record's name: the composite graphs of several functions in
+    one asset are symbols of one module, so each function's need their own.
+    ``graph`` is renamed in place; the records themselves are never changed.
     """
     sites = list(delegate_call_sites(graph))
     _rename(graph, [claimed for _, claimed in sites])
@@ -46,7 +49,7 @@ def converter_records(graph: fx.Graph) -> list[Any]:
         if new is None:
             path = module_path(claimed.record)
             new = named[id(claimed)] = copy.copy(claimed.record)
-            new.name = f"{path}_{seen[path]}"
+            new.name = f"{prefix}{path}_{seen[path]}"
             new.source_nodes = []
             seen[path] += 1
             if claimed.nested or index_selects(claimed.record.exported_program.graph):
@@ -74,7 +77,7 @@ def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:
 
 
 def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> Any:
-    """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram``.
+    """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram`` whose function is ``main``.
 
     The program is rewritten in place: ATen targets, call sites renamed,
     repeated heads expanded (:func:`~coreai_partitioner.passes.expand_repeated_heads`),
@@ -82,14 +85,24 @@ def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> A
     by a composite made a value first (:func:`~coreai_partitioner.passes.state_operands_as_values`).
     Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).
     """
-    records = converter_records(program.graph)
-    _upstream.to_aten(program)
-    expand_repeated_heads(program.graph_module)
-    order_state_writes(program)
-    state_operands_as_values(program)
-    logger.info("converting a delegate with %d externalized call site(s)", len(records))
+    return convert_functions({_upstream.MAIN_ENTRYPOINT: program}, debug_info)
+
+
+def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str = DEFAULT_DEBUG_INFO) -> Any:
+    """Convert several delegates' programs, as :func:`convert` does, to one ``AIProgram``: a function each, by name.
+
+    Core AI keeps one copy of a constant the functions share, so two methods
+    over the same weights (an LLM's prefill and decode) store them once.
+    """
     converter = _upstream.BuildIndependentConverter(stack_traces=debug_info == "full")
-    converter.add_exported_program(program, _externalized_exported_programs=records or None)
+    for function, program in programs.items():
+        records = converter_records(program.graph, prefix="" if len(programs) == 1 else f"{function}__")
+        _upstream.to_aten(program)
+        expand_repeated_heads(program.graph_module)
+        order_state_writes(program)
+        state_operands_as_values(program)
+        logger.info("converting %s with %d externalized call site(s)", function, len(records))
+        converter.add_exported_program(program, entrypoint_name=function, _externalized_exported_programs=records or None)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # coreai-torch prints its version and progress to stdout
         converted = converter.to_coreai()

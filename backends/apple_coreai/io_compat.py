@@ -44,9 +44,9 @@ def coreai_io(program: Any, entrypoint: str = "main") -> tuple[list, list]:
     return inputs, outputs
 
 
-def assert_io_compatible(program: Any, edge_program: ExportedProgram) -> None:
-    """Raise if the Core AI boundary does not match what ExecuTorch feeds and reads."""
-    coreai_in, coreai_out = coreai_io(program)
+def assert_io_compatible(program: Any, edge_program: ExportedProgram, entrypoint: str = "main") -> None:
+    """Raise if the Core AI boundary of ``entrypoint`` does not match what ExecuTorch feeds and reads."""
+    coreai_in, coreai_out = coreai_io(program, entrypoint)
     edge_in, edge_out = _compat.edge_io(edge_program)
     errors = _compat.io_mismatches(coreai_in, edge_in, "input") + _compat.io_mismatches(
         coreai_out, edge_out, "output"

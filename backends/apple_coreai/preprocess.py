@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import List, final
+from typing import Dict, List, Tuple, final
 
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
@@ -38,7 +38,7 @@ from coreai_partitioner.programs import with_own_graph
 
 from . import debug_info
 from .debug_handles import debug_handle_map
-from .convert import convert
+from .convert import convert_functions
 from .initial_state import stage_initial_state
 from .io_compat import assert_io_compatible
 
@@ -71,52 +71,113 @@ class CoreAICompositeBackend(BackendDetails):
         edge_program: ExportedProgram,
         compile_specs: List[CompileSpec],
     ) -> PreprocessResult:
-        sidecar_dir = _upstream.sidecar_dir(compile_specs)
-        converted = with_own_graph(edge_program)
-        program = convert(converted, debug_info.requested(compile_specs))
+        return _preprocess_functions({_upstream.MAIN_ENTRYPOINT: (edge_program, compile_specs)})[_upstream.MAIN_ENTRYPOINT]
 
-        assert_io_compatible(program, converted)  # its state writes in Core AI's state order
-        input_names, output_names = _upstream.coreai_io_names(program)  # before enumerated shapes replace main
+    @classmethod
+    def preprocess_multimethod(
+        cls,
+        edge_programs: Dict[str, List[ExportedProgram]],
+        compile_specs: Dict[str, List[List[CompileSpec]]],
+    ) -> Dict[str, List[PreprocessResult]]:
+        """One asset for every method, a function each, when the partitioner asked for it (``share_asset``).
+
+        Otherwise each delegate is preprocessed on its own, as ExecuTorch's default does.
+        """
+        shared = [
+            method for method, specs in compile_specs.items() if any(_shares_asset(s) for s in specs)
+        ]
+        if not shared:
+            return super().preprocess_multimethod(edge_programs, compile_specs)
+        for method in edge_programs:
+            if len(edge_programs[method]) != 1:
+                raise ValueError(
+                    f"share_asset: method {method!r} has {len(edge_programs[method])} Core AI delegates; a shared asset "
+                    "takes one per method (a function each). Lower that method without share_asset, or keep it in one delegate"
+                )
+            if method not in shared:
+                raise ValueError(f"share_asset: every method lowered together must ask for it; {method!r} does not")
+        results = _preprocess_functions({m: (programs[0], compile_specs[m][0]) for m, programs in edge_programs.items()})
+        return {method: [result] for method, result in results.items()}
+
+
+#: Compile spec of delegates that share one asset, a function each (:meth:`CoreAICompositeBackend.preprocess_multimethod`).
+SHARE_ASSET_KEY = "coreai_partitioner.share_asset"
+
+
+def _shares_asset(compile_specs: List[CompileSpec]) -> bool:
+    return any(spec.key == SHARE_ASSET_KEY for spec in compile_specs)
+
+
+def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[CompileSpec]]]) -> Dict[str, PreprocessResult]:
+    """Convert the delegates to one asset, a function each by its key, and ship it once; a manifest per delegate."""
+    first_specs = next(iter(delegates.values()))[1]
+    sidecar_dir = _upstream.sidecar_dir(first_specs)
+    converted = {function: with_own_graph(program) for function, (program, _) in delegates.items()}
+    program = convert_functions(converted, debug_info.requested(first_specs))
+
+    function_bindings: dict[str, dict] = {}
+    handles: dict[str, dict] = {}
+    for function, (edge_program, compile_specs) in delegates.items():
+        assert_io_compatible(program, converted[function], function)  # its state writes in Core AI's state order
+        input_names, output_names = _upstream.coreai_io_names(program, function)  # before enumerated shapes replace it
         raw_enumerations = _compat.get_compile_spec(compile_specs, _KEYS.INPUT_ENUMERATIONS)
+        if raw_enumerations and len(delegates) > 1:
+            raise ValueError(
+                "share_asset with input_enumerations: a shared asset's functions are the methods themselves; "
+                "give each method its own static shapes instead of enumerating them"
+            )
         specializations = (
             _compat.apply_enumerated_shapes(program, edge_program, json.loads(raw_enumerations.decode()))
             if raw_enumerations
             else None
         )
         signature = edge_program.graph_signature
-        bindings = _upstream.bindings(
+        function_bindings[function] = _upstream.bindings(
             input_names,
             output_names,
             stateful=bool(signature.buffers_to_mutate or signature.user_inputs_to_mutate),
             specializations=specializations,
+            function=function,
         )
-        if sidecar_dir is None:
-            _compat.maybe_warn_sidecar_env_ignored()
-        handles = debug_handle_map(converted.graph, bindings.get("function", _upstream.MAIN_ENTRYPOINT))
+        handles[function] = debug_handle_map(converted[function].graph, function_bindings[function].get("function", function))
+    if sidecar_dir is None:
+        _compat.maybe_warn_sidecar_env_ignored()
 
-        aot = _compat.get_compile_spec(compile_specs, _KEYS.AOT_COMPILE_CONFIG) is not None
-        min_os = None if aot else _compat.min_os_version(compile_specs)
-        with TemporaryDirectory() as staging:
-            bundles = Path(staging) / "bundles"  # exactly the bundles the manifest declares
-            aimodel = bundles / "model.aimodel"
-            created = _upstream.write_program(program, aimodel, min_os)
-            del program  # the IR holds a copy of the weights; release it before reading back
-            model_hash = _upstream.finish_asset(created)
-            if aot:
-                result = _upstream.deliver_aot_compiled(aimodel, model_hash, compile_specs, sidecar_dir, bindings)
-            else:
-                beside = Path(staging) / "beside"
-                manifest = {
-                    "path": f"{model_hash}/model.aimodel",
-                    "min_deployment_version": _compat.os_version_text(min_os),
-                    **bindings,
-                    **stage_initial_state(edge_program, beside),
-                }
-                # Inline, the asset streams from disk into the .pte, never read whole.
-                packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
-                result = _upstream.deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
-        result.debug_handle_map = handles
-        return result
+    aot = _compat.get_compile_spec(first_specs, _KEYS.AOT_COMPILE_CONFIG) is not None
+    min_os = None if aot else _compat.min_os_version(first_specs)
+    first, (first_program, _) = next(iter(delegates.items()))
+    with TemporaryDirectory() as staging:
+        bundles = Path(staging) / "bundles"  # exactly the bundles the manifest declares
+        aimodel = bundles / "model.aimodel"
+        created = _upstream.write_program(program, aimodel, min_os)
+        del program  # the IR holds a copy of the weights; release it before reading back
+        model_hash = _upstream.finish_asset(created)
+        if aot:
+            result = _upstream.deliver_aot_compiled(aimodel, model_hash, first_specs, sidecar_dir, function_bindings[first])
+        else:
+            beside = Path(staging) / "beside"
+            initial_state: dict = {}
+            for edge_program, _ in delegates.values():
+                initial_state.update(stage_initial_state(edge_program, beside).get("initial_state", {}))
+            manifest = {
+                "path": f"{model_hash}/model.aimodel",
+                "min_deployment_version": _compat.os_version_text(min_os),
+                **function_bindings[first],
+                **({"initial_state": initial_state} if initial_state else {}),
+            }
+            # Inline, the asset streams from disk into the .pte, never read whole.
+            packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
+            result = _upstream.deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
+    results = {first: result}
+    shipped = json.loads(result.processed_bytes)
+    for function in list(delegates)[1:]:
+        # The same files under the same keys, stored once: only the first result carries the named data.
+        manifest = {key: value for key, value in shipped.items() if key not in function_bindings[first]}
+        manifest.update(function_bindings[function])
+        results[function] = PreprocessResult(processed_bytes=json.dumps(manifest).encode("utf-8"))
+    for function, result in results.items():
+        result.debug_handle_map = handles[function]
+    return results
 
 
 BACKEND_ID = CoreAICompositeBackend.__name__

@@ -154,9 +154,10 @@ class Step:
     of a real token attends them.
     """
 
-    def __init__(self, decoder: nn.Module, input_pos: torch.Tensor, dtype: torch.dtype) -> None:
+    def __init__(self, decoder: nn.Module, input_pos: torch.Tensor, dtype: torch.dtype | None = None) -> None:
         self.decoder = decoder
         self.positions = input_pos
+        #: The activations' dtype (RoPE's tables are made in it); the decoder sets it from its embedding.
         self.dtype = dtype
         self._memo: dict = {}
 
@@ -215,6 +216,30 @@ class Step:
             return window_plan(slot_positions, self.positions.float(), size, self.decoder.context)
 
         return self._memoized(("window", size), make)
+
+    def full_cache(
+        self, key_cache: torch.Tensor, value_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Write this call's ``k``, ``v`` [B, H, T, D] into a full cache (a slot per position); the keys,
+        values and mask [1, 1, T, L] to attend."""
+        plan = self.write_plan(key_cache.shape, key_cache.dtype)
+        keys = write_at(key_cache, k, plan)
+        values = write_at(value_cache, v, plan)
+        key_cache.copy_(keys)
+        value_cache.copy_(values)
+        return keys, values, self.full_mask(key_cache.shape[2])
+
+    def ring_cache(
+        self, size: int, key_cache: torch.Tensor, value_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ring's keys and values then the call's own, and their mask [1, 1, T, size + T]; the call's
+        last ``size`` tokens written into the ring (:func:`window_plan`)."""
+        plan = self.window(size)
+        keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        key_cache.copy_(ring_write(key_cache, k, plan))
+        value_cache.copy_(ring_write(value_cache, v, plan))
+        return keys, values, plan.mask
 
     def finish(self) -> None:
         """Write every sliding window's new slot positions (after every layer has read the old)."""
@@ -442,20 +467,10 @@ class Attention(nn.Module):
         return self.o(out)
 
     def _cached(self, k: torch.Tensor, v: torch.Tensor, step: Step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Write this call's k and v to the cache; the keys, values and mask to attend."""
+        """Write this call's k and v to the cache; the keys, values and mask to attend (the step's way)."""
         if self.window is None:
-            plan = step.write_plan(self.key_cache.shape, self.key_cache.dtype)
-            keys = write_at(self.key_cache, k, plan)
-            values = write_at(self.value_cache, v, plan)
-            self.key_cache.copy_(keys)
-            self.value_cache.copy_(values)
-            return keys, values, step.full_mask(self.key_cache.shape[2])
-        plan = step.window(self.window)
-        keys = torch.cat([self.key_cache, k.to(self.key_cache.dtype)], dim=2)
-        values = torch.cat([self.value_cache, v.to(self.value_cache.dtype)], dim=2)
-        self.key_cache.copy_(ring_write(self.key_cache, k, plan))
-        self.value_cache.copy_(ring_write(self.value_cache, v, plan))
-        return keys, values, plan.mask
+            return step.full_cache(self.key_cache, self.value_cache, k, v)
+        return step.ring_cache(self.window, self.key_cache, self.value_cache, k, v)
 
     def _attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.softcap is None:

@@ -83,10 +83,14 @@ class Decoder(nn.Module):
         return self.norm.weight.dtype if getattr(self.norm, "weight", None) is not None else self.lm_head.weight.dtype
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        return self.run(tokens, Step(self, input_pos))
+
+    def run(self, tokens: torch.Tensor, step: Step) -> torch.Tensor:
+        """The logits of ``tokens`` [1, T] at ``step``'s positions, its caches read and written the step's way."""
         hidden = self.embed(tokens)
         if self.embed_scale is not None:
             hidden = hidden * torch.tensor(self.embed_scale, dtype=hidden.dtype)
-        step = Step(self, input_pos, hidden.dtype)
+        step.dtype = hidden.dtype
         if self.prepare is not None:
             self.prepare(tokens, hidden, step)
         for layer in self.layers:

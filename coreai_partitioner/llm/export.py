@@ -11,6 +11,8 @@ dynamic ``T`` or enumerated ``T`` in {1, chunk}.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +29,12 @@ RECURRENT = (GatedDeltaNet, ShortConv)
 
 logger = logging.getLogger(__name__)
 
-#: Shape modes of the exported ``forward``: ``T`` any of 1..chunk, or only 1 and chunk.
+#: Shape modes of the host form's ``forward``: ``T`` any of 1..chunk, or only 1 and chunk.
 SHAPE_MODES = ("dynamic", "enumerated")
+
+#: What a lowered decoder is for: this package's host runtime (caches as delegate state, any shape mode), or
+#: upstream's on-device Core AI runtime (:mod:`.device`: static shapes, caches owned by ExecuTorch).
+TARGETS = ("host", "device")
 
 
 @dataclass(frozen=True)
@@ -40,17 +46,30 @@ class DecoderShapes:
     ``"dynamic"`` exports ``T`` as a dimension from 1 to ``prefill_chunk``
     (GPU and CPU targets, and any prompt length in one call); ``"enumerated"``
     compiles one Core AI asset with an entrypoint for ``T = 1`` and one for
-    ``T = prefill_chunk`` sharing the weights (static shapes, what the Neural
-    Engine needs; a shorter prompt is padded in front to the chunk).
+    ``T = prefill_chunk`` sharing the weights (static shapes; a shorter prompt
+    is padded in front to the chunk).  Both are the host form's.
+
+    ``target="device"`` is the form upstream's on-device runtime runs
+    (:mod:`.device`): its shapes are static whatever ``mode`` says, a method
+    ``forward`` of ``T = 1`` and a method ``prefill`` of ``T = prefill_chunk``;
+    a prompt is fed in whole chunks and the rest one token a call.
     """
 
     max_context_len: int = 128
     prefill_chunk: int = 32
     mode: str = "dynamic"
+    target: str = "host"
 
     def __post_init__(self) -> None:
         if self.mode not in SHAPE_MODES:
             raise ValueError(f"shape mode {self.mode!r}: choose one of {', '.join(SHAPE_MODES)}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target {self.target!r}: choose one of {', '.join(TARGETS)}")
+        if self.target == "device" and self.mode == "enumerated":
+            raise ValueError(
+                "the device form has static shapes of its own (forward T = 1, prefill T = prefill_chunk); "
+                "leave the shape mode at its default"
+            )
         if not 1 <= self.prefill_chunk <= self.max_context_len:
             raise ValueError(
                 f"prefill_chunk {self.prefill_chunk} must be between 1 and max_context_len "
@@ -58,6 +77,17 @@ class DecoderShapes:
             )
         if self.mode == "enumerated" and self.prefill_chunk == 1:
             raise ValueError("enumerated shapes need prefill_chunk > 1 (T = 1 and T = prefill_chunk)")
+
+    @property
+    def device(self) -> bool:
+        return self.target == "device"
+
+    def methods(self) -> dict[str, int]:
+        """The device form's methods and their static ``T``: ``forward`` 1, ``prefill`` the chunk (when above 1)."""
+        methods = {"forward": 1}
+        if self.prefill_chunk > 1:
+            methods["prefill"] = self.prefill_chunk
+        return methods
 
     def input_enumerations(self) -> list[dict[int, list[int]]] | None:
         """``CoreAIPartitioner(input_enumerations=...)`` for this mode: T of tokens and input_pos."""
@@ -110,8 +140,12 @@ def export_decoder(
     quantize: str | None = None,
     decompositions: dict | None = None,
     decoder: Decoder | None = None,
+    length: int | None = None,
 ):
     """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
+
+    With ``length`` it is the device form's :class:`~.device.DeviceDecoder`
+    that is exported, for ``T = length`` (static), its boundary annotations kept.
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
@@ -128,15 +162,22 @@ def export_decoder(
     from ..passes import remove_noop_expands
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
-    length = min(2, shapes.prefill_chunk)
-    sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
+    exported: nn.Module = decoder
     dynamic_shapes = None
-    if shapes.prefill_chunk > 1:
-        tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
-        dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
+    preserve = contextlib.nullcontext
+    if length is not None:
+        from .device import DeviceDecoder
+
+        exported, preserve = DeviceDecoder(decoder), _compat.preserve_node_meta
+    else:
+        length = min(2, shapes.prefill_chunk)
+        if shapes.prefill_chunk > 1:
+            tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
+            dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
+    sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
 
     def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
-        with torch.no_grad():
+        with torch.no_grad(), preserve():
             if decompositions is not None and not quantize:
                 return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
             return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
@@ -145,11 +186,12 @@ def export_decoder(
     if quantize:  # coreai-opt quantizes Linear layers; the experts feed gather_mm, so they are quantized here
         from .blocks import MoE
 
-        for path, module in decoder.named_modules():
+        for path, module in exported.named_modules():
             if isinstance(module, MoE):
-                module.quantize_experts(quantize)
+                if module.quantized is None:  # the device form exports the decoder once per method
+                    module.quantize_experts(quantize)
                 routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
-    program, records = externalize_modules(decoder, default_specs(), export_fn=export_fn)
+    program, records = externalize_modules(exported, default_specs(), export_fn=export_fn)
     if quantize:
         from ..quantize import quantize as quantize_program
 
@@ -179,7 +221,7 @@ def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
         "get_bos_id": bos if bos is not None else 0,
         "get_eos_ids": eos_ids,
         "use_kv_cache": True,
-        "enable_dynamic_shape": shapes.mode == "dynamic",
+        "enable_dynamic_shape": shapes.mode == "dynamic" and not shapes.device,
     }
 
 
@@ -191,6 +233,7 @@ def lower_decoder(
     quantize: str | None = None,
     quantized_reference: list | None = None,
     decoder: Decoder | None = None,
+    target: str | None = None,
     **partitioner_options: Any,
 ):
     """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
@@ -205,11 +248,21 @@ def lower_decoder(
     Lowers with :func:`~coreai_partitioner.whole_program.lower_whole_program`
     (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
     whose ``.to_executorch()`` gives the ``.pte``.
+
+    ``target="device"`` (or ``shapes.target``) makes the form upstream's
+    on-device Core AI runtime runs (:mod:`.device`): methods ``forward``
+    (``T = 1``) and ``prefill`` (``T = prefill_chunk``) over one shared
+    asset, caches owned by ExecuTorch, fp16/fp32 tensors only across each
+    delegate, backend id ``CoreAIBackend``.
     """
     from .. import CoreAIPartitioner
     from ..whole_program import decomposition_table, lower_whole_program
 
+    if target is not None and target != shapes.target:
+        shapes = dataclasses.replace(shapes, target=target)
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
+    if shapes.device:
+        return _lower_device(model, shapes, decoder, quantize, quantized_reference, partitioner_options)
     program, records = export_decoder(
         model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder
     )
@@ -228,6 +281,48 @@ def lower_decoder(
             compile_config=_compat.unverified_compile_config(),
         )
 
+
+def _lower_device(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    decoder: Decoder,
+    quantize: str | None,
+    quantized_reference: list | None,
+    partitioner_options: dict[str, Any],
+):
+    """:func:`lower_decoder`'s device form (:mod:`.device`): a static export per method, one shared asset."""
+    from .. import CoreAIPartitioner
+    from ..whole_program import decomposition_table, lower_whole_programs
+    from .device import check_delegates, check_device, executorch_config, relabel_backend
+
+    check_device(decoder, shapes.prefill_chunk)
+    refused = {"take_over_mutable_buffer", "input_enumerations", "share_asset", "uses_sidecar"} & set(partitioner_options)
+    if refused:
+        raise ValueError(
+            f"the device form sets {', '.join(sorted(refused))} itself (inline, stateless, one function per method); "
+            "leave them out"
+        )
+    methods = {}
+    for method, length in shapes.methods().items():
+        program, records = export_decoder(
+            model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder, length=length
+        )
+        if quantize and quantized_reference is not None and method == "forward":
+            quantized_reference.append(program.module())
+        partitioner = CoreAIPartitioner(
+            externalized_modules=records, take_over_mutable_buffer=False, share_asset=True, **partitioner_options
+        )
+        methods[method] = (program, partitioner)
+    with torch.no_grad():
+        edge = lower_whole_programs(
+            methods,
+            constant_methods=runner_metadata(model, shapes),
+            compile_config=_compat.unverified_compile_config(),
+            executorch_config=executorch_config,
+        )
+    relabel_backend(edge)
+    check_delegates(edge)
+    return edge
 
 
 def first_layers(config: Any, layers: int) -> Any:

@@ -19,14 +19,24 @@ def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[
     call is padded in front to the chunk, the padding at positions past the
     context (``max_context_len`` on), which write no cache slot and which no
     real token attends; the call's last position is its last real token, so
-    last-position logits are the prompt's either way.  ``used`` is the
-    number of real tokens.  Raises if the tokens do not fit in the context.
+    last-position logits are the prompt's either way.  The device form takes
+    whole chunks (its ``prefill`` method) and the rest one token a call
+    (``forward``): no padding.  ``used`` is the number of real tokens;
+    :func:`method_for` names the method of a call.  Raises if the tokens do not
+    fit in the context.
     """
     if start + len(tokens) > shapes.max_context_len:
         raise ValueError(
             f"{start + len(tokens)} tokens do not fit in the context of {shapes.max_context_len} "
             "(max_context_len, the cache length); export with a longer context or shorten the prompt"
         )
+    if shapes.device:
+        whole = len(tokens) - len(tokens) % shapes.prefill_chunk
+        offsets = list(range(0, whole, shapes.prefill_chunk)) + list(range(whole, len(tokens)))
+        ends = offsets[1:] + [len(tokens)]
+        return [
+            (torch.tensor([tokens[a:b]]), torch.arange(start + a, start + b), b - a) for a, b in zip(offsets, ends)
+        ]
     calls = []
     for offset in range(0, len(tokens), shapes.prefill_chunk):
         chunk = tokens[offset : offset + shapes.prefill_chunk]
@@ -41,9 +51,21 @@ def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[
     return calls
 
 
+def method_for(tokens: torch.Tensor, shapes: DecoderShapes) -> str:
+    """The method a call of ``tokens`` [1, T] goes to: the device form's ``prefill`` for a whole chunk, else ``forward``."""
+    return "prefill" if shapes.device and tokens.shape[-1] == shapes.prefill_chunk > 1 else "forward"
+
+
 def check_call(tokens: torch.Tensor, shapes: DecoderShapes) -> None:
-    """Raise, naming the limit, if ``tokens`` [1, T] is not a length the exported ``forward`` takes."""
+    """Raise, naming the limit, if ``tokens`` [1, T] is not a length the exported methods take."""
     length = tokens.shape[-1]
+    if shapes.device:
+        if length not in (1, shapes.prefill_chunk):
+            raise ValueError(
+                f"the device form takes 1 token (forward) or {shapes.prefill_chunk} (prefill), not {length}: "
+                "split the call (llm.prefill_calls)"
+            )
+        return
     allowed = (1, shapes.prefill_chunk) if shapes.mode == "enumerated" else range(1, shapes.prefill_chunk + 1)
     if length not in allowed:
         limit = (
@@ -71,7 +93,7 @@ def prefill(program: Any, prompt: list[int], shapes: DecoderShapes) -> torch.Ten
 
     verify.reset_state(program)
     for chunk, positions, _ in prefill_calls(prompt, 0, shapes):
-        (logits,) = verify.run(program, chunk, positions)
+        (logits,) = verify.run(program, chunk, positions, method=method_for(chunk, shapes))
     return logits
 
 

@@ -385,7 +385,7 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
     if request.asset_dir:
         root = Path(request.asset_root.decode())
         _check_bundle(manifest, _sidecar_files(manifest, root))
-        asset = LoadedAsset(request.asset_dir.decode())
+        asset = LoadedAsset(request.asset_dir.decode(), _function(manifest))
         initial = initial_values(manifest, lambda path: (root / path).read_bytes())
     else:
         files = {
@@ -456,6 +456,11 @@ def _sidecar_files(manifest: dict[str, Any], root: Path) -> list[tuple[str, int,
     return [(relative, size, _upstream.file_chunks(path)) for relative, path, size in found]
 
 
+def _function(manifest: dict[str, Any]) -> str:
+    """The asset function a delegate runs: its manifest's ``function``; ``main``'s enumerated ones otherwise."""
+    return manifest.get("function") or _upstream.MAIN_ENTRYPOINT
+
+
 def _load_inline(manifest: dict[str, Any], files: dict[str, memoryview]) -> LoadedAsset:
     with tempfile.TemporaryDirectory(prefix="coreai-host-") as directory:
         root = Path(directory) / manifest["hash"]
@@ -464,7 +469,7 @@ def _load_inline(manifest: dict[str, Any], files: dict[str, memoryview]) -> Load
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(files[path])
         # The runtime compiles its own copy; the directory may go right after.
-        return LoadedAsset(Path(directory) / manifest["path"])
+        return LoadedAsset(Path(directory) / manifest["path"], _function(manifest))
 
 
 def initial_values(manifest: dict[str, Any], read: Any) -> dict[str, np.ndarray]:

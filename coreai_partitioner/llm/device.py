@@ -1,0 +1,217 @@
+"""The device form of a decoder: what ExecuTorch's stock on-device Core AI runtime runs.
+
+Upstream's device runtime (ExecuTorch main, ``backends/apple/coreai/runtime/``)
+registers ``CoreAIBackend``, runs one asset ``function`` per delegate, takes
+only fp16/fp32 tensor arguments and refuses Core AI state.  The host form
+(:func:`~.export.lower_decoder`'s default) keeps the caches as delegate state
+and takes int tokens; this form keeps the same decoder and changes where
+things live:
+
+* **ExecuTorch owns every cache and state.**  They stay mutable buffers of
+  the program (``take_over_mutable_buffer=False``), passed to the delegate
+  as fp16/fp32 inputs.  A KV cache is read whole and the delegate returns
+  only the call's new rows ``[1, kv_heads, T, head_dim]``, which the program
+  writes into the buffer at their slots (``index_put`` on ExecuTorch's
+  portable kernels, in place: :func:`executorch_config`), ExecuTorch's
+  static-attention convention.  Small states (a recurrent state, a conv
+  window, a sliding ring's slot positions) come back whole and ExecuTorch
+  copies them into their buffers.
+* **Tokens and positions cross as fp32.**  The program casts its int64
+  ``tokens`` and ``input_pos`` to fp32 before the delegate (fp32 holds every
+  integer below 2**24 exactly; fp16 only up to 2048); the delegate casts the
+  tokens back to int32 for the embedding gather, so the embedding (and a tied
+  lm_head) stay inside with their one copy of the weights.
+* **Static shapes, two methods over one asset.**  ``forward`` takes one token
+  (what ExecuTorch's ``TextLLMRunner`` calls when ``enable_dynamic_shape`` is
+  false: the prompt token by token, then the decode), ``prefill`` exactly
+  ``prefill_chunk``.  Both delegates name a function of one Core AI asset
+  (``share_asset``), stored once in the ``.pte``.  A prompt is fed in whole
+  chunks, its remainder one token a call (:func:`~.generate.prefill_calls`):
+  no padding, so recurrent layers see only real tokens.
+* **Backend id ``CoreAIBackend``.**  The payload is upstream's (inline
+  packaging, manifest v2, ``runtime_supported`` true), so the delegates carry
+  the id the device runtime registers; this package's host runtime registers
+  the same id.
+
+Each decode step copies: the token and position in (8 bytes), the delegate's
+reads of the caches (upstream's runtime borrows input storage, no copy), the
+new K/V rows and small states out of the delegate, and those rows into the
+caches.  :func:`check_delegates` reads the boundary back off the lowered
+program and refuses anything else.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from executorch.exir import ExecutorchBackendConfig
+from executorch.exir.passes.memory_planning_pass import MemoryPlanningPass
+from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from torch import nn
+
+from ..whole_program import outside_delegate
+from .blocks import Attention, Step
+
+logger = logging.getLogger(__name__)
+
+#: The backend id upstream's on-device runtime registers (``coreai_backend.mm``).
+DEVICE_BACKEND_ID = "CoreAIBackend"
+
+#: What a device delegate's arguments may be: upstream's ``scalar_type`` takes these two.
+DEVICE_DTYPES = (torch.float16, torch.float32)
+
+def executorch_config() -> ExecutorchBackendConfig:
+    """``to_executorch``'s config for the device form (a new one per call: memory planning keeps state).
+
+    The methods share their mutable buffers (one KV cache for ``prefill`` and
+    ``forward``: ``share_mutable_buffers``), and the cache writes become
+    ``index_put_`` on the buffers themselves (``run_reinplace_pass``).
+    """
+    return ExecutorchBackendConfig(
+        run_reinplace_pass=True,
+        memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True),
+        emit_mutable_buffer_names=True,
+    )
+
+
+class DeviceStep(Step):
+    """A :class:`~.blocks.Step` whose KV caches are the program's: read whole, written outside by row.
+
+    ``positions`` are fp32 (the delegate's input), ``slots`` the same
+    positions as the program's int64 ``input_pos``, which only the writes
+    outside the delegate read.
+    """
+
+    def __init__(self, decoder: nn.Module, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        super().__init__(decoder, positions)
+        self.slots = slots
+
+    def _old_and_new_mask(self, length: int) -> torch.Tensor:
+        """``[1, 1, T, length + T]``: a full cache's slots before the call's first position, then its own causally."""
+
+        def make():
+            slots = torch.arange(length, dtype=self.positions.dtype, device=self.positions.device)
+            held = torch.where(slots < self.positions.min(), slots, torch.full_like(slots, -1.0))
+            keys = torch.cat([held, self.positions])
+            query = self.positions.unsqueeze(-1)
+            return ((keys >= 0.0) & (keys <= query))[None, None]
+
+        return self._memoized(("old_and_new_mask", length), make)
+
+    def full_cache(self, key_cache, value_cache, k, v):
+        keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        self._write_rows(key_cache, value_cache, k, v, self.slots)
+        return keys, values, self._old_and_new_mask(key_cache.shape[2])
+
+    def ring_cache(self, size, key_cache, value_cache, k, v):
+        plan = self.window(size)
+        keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        with outside_delegate():
+            slots = torch.remainder(self.slots, size)
+        self._write_rows(key_cache, value_cache, k, v, slots)  # T <= size (check_device): no slot twice
+        return keys, values, plan.mask
+
+    @staticmethod
+    def _write_rows(key_cache, value_cache, k, v, slots) -> None:
+        # Inside: the delegate returns the rows, in the default dim order upstream's runtime requires.
+        k, v = _default_order(k.to(key_cache.dtype)), _default_order(v.to(value_cache.dtype))
+        with outside_delegate():
+            key_cache.index_copy_(2, slots, k)
+            value_cache.index_copy_(2, slots, v)
+
+
+def _default_order(t: torch.Tensor) -> torch.Tensor:
+    """``t`` with row-major strides, size-1 dims included (``contiguous()`` keeps a transposed view's strides there)."""
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+class DeviceDecoder(nn.Module):
+    """``forward(tokens [1, T] int64, input_pos [T] int64) -> logits`` of a :class:`~.decoder.Decoder`, device form."""
+
+    def __init__(self, decoder: nn.Module) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        with outside_delegate():
+            tokens = tokens.to(torch.float32)
+            positions = input_pos.to(torch.float32)
+        return self.decoder.run(tokens.to(torch.int32), DeviceStep(self.decoder, positions, input_pos))
+
+
+class UnsupportedDevice(ValueError):
+    """A model or shape the device form cannot take; names it and the fix."""
+
+
+def check_device(decoder: nn.Module, prefill_chunk: int) -> None:
+    """Refuse, before any export work, what the device form cannot honour.
+
+    A sliding layer's ring takes a call's rows at ``position % window``: a
+    prefill chunk longer than the window would write a slot twice in one call.
+    """
+    windows = sorted({m.window for m in decoder.modules() if isinstance(m, Attention) and m.window})
+    if windows and prefill_chunk > windows[0]:
+        raise UnsupportedDevice(
+            f"{decoder.model_type}: the device form writes a prefill chunk's rows into each sliding window's ring "
+            f"at once, and prefill_chunk {prefill_chunk} is longer than its smallest window ({windows[0]}); "
+            f"export with --prefill-chunk {windows[0]} or less"
+        )
+
+
+def lowered_modules(edge: Any) -> Iterator[tuple[str, LoweredBackendModule]]:
+    """``(method, lowered module)`` for every delegate of an ``EdgeProgramManager``."""
+    for method in edge.methods:
+        graph_module = edge.exported_program(method).graph_module
+        for node in graph_module.graph.nodes:
+            if node.op == "call_function" and node.target is executorch_call_delegate:
+                yield method, getattr(graph_module, node.args[0].target)
+
+
+def relabel_backend(edge: Any, backend_id: str = DEVICE_BACKEND_ID) -> None:
+    """Give every delegate of ``edge`` the id ``backend_id``: the payload is upstream's, lowered by our backend class.
+
+    ExecuTorch finds the class to ``preprocess`` with by id, so the delegates
+    are lowered as ``CoreAICompositeBackend`` and carry the id the device
+    runtime loads them under once they are.
+    """
+    for _, lowered in lowered_modules(edge):
+        lowered._backend_id = backend_id  # noqa: SLF001 - LoweredBackendModule has no setter for its id
+
+
+def _row_major(shape: torch.Size) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def check_delegates(edge: Any) -> None:
+    """Raise unless every delegate call of ``edge`` passes contiguous fp16/fp32 tensors of static shape, nothing else."""
+    problems = []
+    for method in edge.methods:
+        for node in edge.exported_program(method).graph.nodes:
+            if node.op != "call_function" or node.target is not executorch_call_delegate:
+                continue
+            values = [("input", arg.name, arg.meta.get("val")) for arg in node.args[1:]]
+            values += [("output", f"#{i}", val) for i, val in enumerate(node.meta.get("val") or ())]
+            for kind, name, val in values:
+                if not isinstance(val, torch.Tensor):
+                    problems.append(f"{method}: delegate {kind} {name} is {type(val).__name__}, not a tensor")
+                elif val.dtype not in DEVICE_DTYPES:
+                    problems.append(f"{method}: delegate {kind} {name} is {val.dtype}")
+                elif not all(isinstance(size, int) for size in val.shape):
+                    problems.append(f"{method}: delegate {kind} {name} has a symbolic shape {tuple(val.shape)}")
+                elif val.stride() != _row_major(val.shape):
+                    problems.append(f"{method}: delegate {kind} {name} is not in the default dim order")
+    if problems:
+        raise RuntimeError(
+            "the device form's delegates must pass fp16/fp32 tensors of static shape only (upstream's Core AI "
+            "runtime refuses anything else):\n  " + "\n  ".join(problems)
+        )

@@ -268,11 +268,15 @@ def expand_repeated_heads(graph_module: GraphModule) -> int:
         with graph.inserting_before(node):
             unsqueezed = graph.call_function(torch.ops.aten.unsqueeze.default, (source, dim + 1))
             expanded = graph.call_function(torch.ops.aten.expand.default, (unsqueezed, expanded_shape))
-            copied = graph.call_function(torch.ops.aten.clone.default, (expanded,))
+            # Row-major, whatever ``x``'s strides: a transposed ``x`` (a delta rule's heads) cloned as it is
+            # could not be viewed as the repeated shape.
+            copied = graph.call_function(
+                torch.ops.aten.clone.default, (expanded,), {"memory_format": torch.contiguous_format}
+            )
             reshaped = graph.call_function(torch.ops.aten.view.default, (copied, list(node.meta["val"].shape)))
         unsqueezed.meta["val"] = value.unsqueeze(dim + 1)
         expanded.meta["val"] = unsqueezed.meta["val"].expand(expanded_shape)
-        copied.meta["val"] = expanded.meta["val"].clone()
+        copied.meta["val"] = expanded.meta["val"].clone(memory_format=torch.contiguous_format)
         reshaped.meta["val"] = copied.meta["val"].view(node.meta["val"].shape)
         for new in (unsqueezed, expanded, copied, reshaped):
             new.meta["stack_trace"] = node.meta.get("stack_trace")

@@ -24,12 +24,13 @@ The road of a checkpoint:
 
 from .blocks import UnsupportedConfig
 from .decoder import Decoder, reset_state
-from .export import SHAPE_MODES, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
+from .export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
 from .families import UnsupportedModel, family_of, supported, tiny_config
-from .generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, prefill, prefill_calls
+from .generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, method_for, prefill, prefill_calls
 
 __all__ = [
     "SHAPE_MODES",
+    "TARGETS",
     "Decoder",
     "DecoderShapes",
     "Plan",
@@ -47,6 +48,7 @@ __all__ = [
     "first_layers",
     "greedy_decode",
     "lower_decoder",
+    "method_for",
     "plan",
     "prefill",
     "prefill_calls",

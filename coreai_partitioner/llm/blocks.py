@@ -177,7 +177,7 @@ class Step:
         starts from nothing, as the KV cache's slots are written from 0 again.
         """
         goes_on = self._memoized("goes_on", lambda: self.positions[:1] > 0)
-        return state * goes_on.to(state.dtype)
+        return torch.where(goes_on, state, torch.zeros_like(state))  # not a product: 0 * NaN is NaN
 
     def full_mask(self, length: int) -> torch.Tensor:
         """``[1, 1, T, length]``: a query attends every cache slot at or before its position."""

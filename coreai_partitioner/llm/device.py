@@ -14,8 +14,11 @@ things live:
   writes into the buffer at their slots (``index_put`` on ExecuTorch's
   portable kernels, in place: :func:`executorch_config`), ExecuTorch's
   static-attention convention.  Small states (a recurrent state, a conv
-  window, a sliding ring's slot positions) come back whole and ExecuTorch
-  copies them into their buffers.
+  window) come back whole and ExecuTorch copies them into their buffers.
+  ExecuTorch gives mutable buffers no initial value, so nothing depends on
+  one: a slot is attended only once this sequence wrote it, a recurrent
+  state at position 0 is replaced by zeros (:meth:`~.blocks.Step.carry`),
+  and a sliding ring's slot positions follow from the call's positions.
 * **Tokens and positions cross as fp32.**  The program casts its int64
   ``tokens`` and ``input_pos`` to fp32 before the delegate (fp32 holds every
   integer below 2**24 exactly; fp16 only up to 2048); the delegate casts the
@@ -54,7 +57,7 @@ from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch import nn
 
 from ..whole_program import outside_delegate
-from .blocks import Attention, Step
+from .blocks import Attention, Step, WindowPlan, window_plan
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +110,29 @@ class DeviceStep(Step):
         values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
         self._write_rows(key_cache, value_cache, k, v, self.slots)
         return keys, values, self._old_and_new_mask(key_cache.shape[2])
+
+    def window(self, size: int) -> WindowPlan:
+        """The ring's plan from the call's first position alone: no slot-position state.
+
+        The program keeps no state it would have to ship a value for
+        (ExecuTorch gives mutable buffers no initial value): the device form's
+        calls write every position from 0 on, in order, so before a call at
+        ``p`` slot ``s`` holds ``p - 1 - ((p - 1 - s) mod size)`` when that is
+        not negative, and nothing otherwise.
+        """
+
+        def make():
+            first = self.positions.min()
+            slots = torch.arange(size, dtype=self.positions.dtype, device=self.positions.device)
+            back = first - 1.0 - slots
+            held = first - 1.0 - (back - torch.floor(back / float(size)) * float(size))
+            slot_positions = torch.where(held >= 0.0, held + 1.0, torch.zeros_like(held))
+            return window_plan(slot_positions, self.positions, size, self.decoder.context)
+
+        return self._memoized(("window", size), make)
+
+    def finish(self) -> None:
+        """Nothing to write back: the ring's slot positions follow from the positions (:meth:`window`)."""
 
     def ring_cache(self, size, key_cache, value_cache, k, v):
         plan = self.window(size)

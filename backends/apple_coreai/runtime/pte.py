@@ -108,16 +108,47 @@ def _as_bytes(data: Any) -> bytes:
 
 
 @dataclass(frozen=True)
+class Argument:
+    """One argument of a delegate call, as the ``.pte``'s execution plan declares it."""
+
+    kind: str  # the EValue's type: "Tensor", "Int", ...
+    dtype: str | None = None  # a tensor's ScalarType name: "HALF", "FLOAT", "INT", ...
+    sizes: tuple[int, ...] = ()
+    dynamism: str | None = None  # a tensor's TensorShapeDynamism: "STATIC", "DYNAMIC_BOUND", ...
+    dim_order: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class MethodPlan:
-    """A method's inputs and outputs (value indices) and its instructions' arguments."""
+    """A method's inputs and outputs (value indices), its instructions' arguments and its values."""
 
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     instructions: tuple[Any, ...]
+    values: tuple[Any, ...] = ()
 
     @property
     def delegate_calls(self) -> list[DelegateCall]:
         return [args for args in self.instructions if isinstance(args, DelegateCall)]
+
+    def arguments(self, call: DelegateCall) -> list[Argument]:
+        """What ``call`` passes its delegate (inputs, then outputs), read off the plan's values."""
+        found = []
+        for index in call.args:
+            value = self.values[index].val
+            if type(value).__name__ != "Tensor":
+                found.append(Argument(type(value).__name__))
+                continue
+            found.append(
+                Argument(
+                    "Tensor",
+                    value.scalar_type.name,
+                    tuple(value.sizes),
+                    value.shape_dynamism.name,
+                    tuple(value.dim_order),
+                )
+            )
+        return found
 
 
 @dataclass(frozen=True)
@@ -153,6 +184,7 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
             tuple(plan.inputs),
             tuple(plan.outputs),
             tuple(i.instr_args for chain in plan.chains for i in chain.instructions),
+            tuple(plan.values),
         )
         for index, delegate in enumerate(plan.delegates):
             payload = bytes(program.backend_delegate_data[delegate.processed.index].data)

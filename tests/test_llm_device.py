@@ -1,0 +1,146 @@
+"""The device form (``lower_decoder(target="device")``), every family: what upstream's on-device runtime takes.
+
+Each row reads the contract from the ``.pte`` itself (its execution plan,
+its delegates' payloads and named data), not from our own report: every
+delegate call passes fp16/fp32 tensors of static shape in the default dim
+order and nothing else, the id is ``CoreAIBackend``, the packaging inline,
+one function per delegate, no Core AI state, upstream's ``parse_manifest``
+holds.  Then it runs through ExecuTorch's runtime (a prompt of two whole
+chunks and three single tokens) against Hugging Face eager and ``generate``
+until EOS, and through ExecuTorch's ``TextLLMRunner``, which feeds the
+prompt token by token.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections import Counter
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
+from test_llm_families import ROWS, wider  # noqa: E402
+from upstream_manifest import check_named_data, parse_manifest  # noqa: E402
+
+from coreai_partitioner import llm, save_pte  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
+from coreai_partitioner.llm.device import UnsupportedDevice  # noqa: E402
+
+SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=4, target="device")
+PROMPT = 11  # two prefill calls of 4, then three forward calls of 1
+NEW_TOKENS = 10
+METHODS = ("forward", "prefill")
+
+
+def assert_device_contract(path) -> None:
+    """What upstream's device runtime requires of every delegate, read off the .pte."""
+    pte = read_pte(path)
+    assert set(METHODS) <= set(pte.methods)
+    delegates = [d for d in pte.delegates if d.method in METHODS]
+    assert sorted(d.method for d in delegates) == sorted(METHODS)  # one delegate per method
+    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
+    for delegate in delegates:
+        manifest = parse_manifest(delegate.payload)  # every rule of upstream's parse_manifest
+        check_named_data(manifest, delegate.files)
+        assert manifest["packaging"] == "inline"
+        assert manifest["function"] == delegate.method
+        assert manifest.get("runtime_supported", True) is True and "initial_state" not in manifest
+        (call,) = [c for c in pte.plans[delegate.method].delegate_calls if c.delegate_index == delegate.index]
+        arguments = pte.plans[delegate.method].arguments(call)
+        # Nothing hidden as state: the function's inputs and outputs are exactly what the call passes.
+        assert len(arguments) == len(manifest["input_names"]) + len(manifest["output_names"])
+        for argument in arguments:
+            assert argument.kind == "Tensor" and argument.dtype in ("HALF", "FLOAT"), argument
+            assert argument.dynamism == "STATIC" and argument.dim_order == tuple(range(len(argument.sizes))), argument
+    assert len({d.manifest["hash"] for d in delegates}) == 1  # one asset: its weights stored once
+
+
+def asset_composites(path) -> Counter:
+    (delegate, *_) = read_pte(path).coreai_delegates("forward")
+    with tempfile.TemporaryDirectory() as directory:
+        return summarize_ir(asset_ir(delegate.asset_path(directory))).composites()
+
+
+def runner_tokens(directory, prompt: str, new_tokens: int) -> list[int]:
+    """ExecuTorch's own TextLLMRunner on the .pte (host backend), its greedy output as token ids."""
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+    from coreai_partitioner import load_runtime_backend
+
+    load_runtime_backend()
+    runner = TextLLMRunner(str(directory / "model.pte"), str(directory / "tokenizer.json"))
+    pieces: list[str] = []
+    runner.generate(prompt, GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False), token_callback=pieces.append)
+    return [ord(c) if ord(c) < 0x100 else ord(c) - 0x100 for c in "".join(pieces)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", sorted(ROWS))
+def test_device_pte_keeps_the_stock_runtime_contract_and_matches_hf_eager_until_eos(model_type, tmp_path):
+    model = tiny(model_type)
+    path = save_pte(llm.lower_decoder(model, SHAPES), tmp_path / "model.pte")
+    llm.byte_tokenizer(model.config).save(str(tmp_path / "tokenizer.json"))
+    assert_device_contract(path)
+    counts = asset_composites(path)  # the asset's two functions each invoke the family's composites
+    assert {name: counts[name] for name in ROWS[model_type]} == {n: 2 * c for n, c in ROWS[model_type].items()}
+
+    prompt = prompt_tokens(PROMPT)
+    with torch.no_grad():
+        expected = model(prompt).logits[:, -1:]
+    for _ in range(2):  # at position 0 it starts over
+        torch.testing.assert_close(llm.prefill(path, prompt[0].tolist(), SHAPES), expected, rtol=1e-4, atol=1e-5)
+
+    start = prompt[0].tolist()
+    got = llm.greedy_decode(path, start, NEW_TOKENS, SHAPES)  # stops at the .pte's EOS ids, as generate does
+    assert_hf_greedy(got[PROMPT:], model, start, NEW_TOKENS)
+
+    text = "Hello, Core AI"
+    assert_hf_greedy(runner_tokens(tmp_path, text, 6), model, llm.byte_tokenizer(model.config).encode(text).ids, 6)
+
+
+@pytest.mark.slow
+def test_device_fp16_pte_passes_fp16_caches_and_generates_hf_greedy_tokens(tmp_path):
+    model = tiny("qwen3", torch.float16)
+    path = save_pte(llm.lower_decoder(model, SHAPES), tmp_path / "model.pte")
+    assert_device_contract(path)
+    arguments = [a for plan in read_pte(path).plans.values() for c in plan.delegate_calls for a in plan.arguments(c)]
+    assert {a.dtype for a in arguments} == {"HALF", "FLOAT"}  # caches and rows fp16; tokens, positions fp32
+    start = prompt_tokens(PROMPT)[0].tolist()
+    assert_hf_greedy(llm.greedy_decode(path, start, 8, SHAPES)[PROMPT:], model, start, 8)
+
+
+@pytest.mark.slow
+def test_device_pte_stores_the_weights_once_for_both_methods(tmp_path):
+    model = wider("llama", hidden_size=256, intermediate_size=512, vocab_size=1024)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    assert weights >= 1_000_000
+    path = save_pte(llm.lower_decoder(model, SHAPES), tmp_path / "model.pte")
+    assert_device_contract(path)
+    assert read_pte(path).size <= 1.05 * weights, (read_pte(path).size, weights)
+
+
+def test_a_prefill_chunk_longer_than_a_sliding_window_is_refused_before_export():
+    model = tiny("mistral")  # every layer slides over 8 slots
+    shapes = llm.DecoderShapes(max_context_len=32, prefill_chunk=12, target="device")
+    with pytest.raises(UnsupportedDevice, match=r"mistral: .*prefill_chunk 12 is longer than its smallest window \(8\); export with --prefill-chunk 8 or less"):
+        llm.lower_decoder(model, shapes)
+
+
+def test_the_device_form_refuses_enumerated_shapes_and_options_it_sets_itself():
+    with pytest.raises(ValueError, match="the device form has static shapes of its own"):
+        llm.DecoderShapes(mode="enumerated", target="device")
+    with pytest.raises(ValueError, match="the device form sets take_over_mutable_buffer itself"):
+        llm.lower_decoder(tiny("llama"), SHAPES, take_over_mutable_buffer=True)
+
+
+def test_device_calls_are_whole_chunks_then_single_tokens():
+    calls = llm.prefill_calls(list(range(11)), 0, SHAPES)
+    assert [(c[0].shape[1], c[1].tolist()[0], llm.method_for(c[0], SHAPES)) for c in calls] == [
+        (4, 0, "prefill"), (4, 4, "prefill"), (1, 8, "forward"), (1, 9, "forward"), (1, 10, "forward")
+    ]
+    with pytest.raises(ValueError, match=r"takes 1 token \(forward\) or 4 \(prefill\), not 3"):
+        llm.check_call(torch.zeros(1, 3, dtype=torch.long), SHAPES)

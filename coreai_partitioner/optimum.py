@@ -1,4 +1,5 @@
-"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16``, ``coreai_int8``, ``coreai_int4``.
+"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16``, ``coreai_int8``,
+``coreai_int4`` and ``coreai_device``.
 
 optimum-executorch 1.1.0 finds recipes only in its own package
 (``discover_recipes`` imports ``optimum.exporters.executorch.recipes.*``), but
@@ -21,8 +22,12 @@ ExecuTorch's runner metadata.  ``forward(input_ids [1, T], cache_position [T])``
 returns the last position's logits, which optimum's ``generate`` reads
 (``argmax(logits)[0, -1]``).  The context is optimum's ``max_seq_len``, and
 one call takes a prompt that long (optimum prefills in one call when the
-method's second input takes more than one position).  Needs the
-transformers optimum-executorch pins (5.0.0rc1).
+method's second input takes more than one position).  ``coreai_device``
+exports the device form (:mod:`coreai_partitioner.llm.device`), which
+upstream's on-device runtime loads: its ``forward`` takes one token, so
+optimum feeds the prompt token by token, and a ``prefill`` method of
+:data:`DEVICE_PREFILL_CHUNK` tokens rides along.  Needs the transformers
+optimum-executorch pins (5.0.0rc1).
 """
 
 from __future__ import annotations
@@ -33,16 +38,22 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: recipe name -> (dtype the model is cast to, or None for as loaded; weight quantization)
+#: recipe name -> (dtype the model is cast to, or None for as loaded; weight quantization; target)
 RECIPES = {
-    "coreai": (None, None),
-    "coreai_fp16": ("float16", None),
-    "coreai_int8": (None, "int8"),
-    "coreai_int4": (None, "int4"),
+    "coreai": (None, None, "host"),
+    "coreai_fp16": ("float16", None, "host"),
+    "coreai_int8": (None, "int8", "host"),
+    "coreai_int4": (None, "int4", "host"),
+    "coreai_device": (None, None, "device"),
 }
 
+#: The device form's ``prefill`` chunk (at most the context, and at most a sliding window: see llm.device).
+DEVICE_PREFILL_CHUNK = 32
 
-def export(model: Any, *, dtype: str | None = None, quantize: str | None = None, **kwargs: Any) -> dict[str, Any]:
+
+def export(
+    model: Any, *, dtype: str | None = None, quantize: str | None = None, target: str = "host", **kwargs: Any
+) -> dict[str, Any]:
     """An optimum-executorch recipe: ``{"model": ExecutorchProgramManager}`` of ``model`` (its exportable wrapper)."""
     import torch
 
@@ -55,7 +66,8 @@ def export(model: Any, *, dtype: str | None = None, quantize: str | None = None,
         hf_model = hf_model.to(getattr(torch, dtype))
     metadata = getattr(model, "metadata", {}) or {}
     context = int(metadata.get("get_max_seq_len") or 2048)
-    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=context)
+    chunk = context if target == "host" else min(context, DEVICE_PREFILL_CHUNK)
+    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=chunk, target=target)
     lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize)
     return {"model": lowered.to_executorch()}
 
@@ -66,8 +78,8 @@ def register() -> list[str]:
 
     from . import load_runtime_backend
 
-    for name, (dtype, quantize) in RECIPES.items():
-        register_recipe(name)(functools.partial(export, dtype=dtype, quantize=quantize))
+    for name, (dtype, quantize, target) in RECIPES.items():
+        register_recipe(name)(functools.partial(export, dtype=dtype, quantize=quantize, target=target))
     load_runtime_backend()  # optimum loads the .pte with ExecuTorch's _load_for_executorch
     return list(RECIPES)
 

@@ -64,14 +64,17 @@ def test_its_pte_runs_in_executorchs_runtime_and_matches(report):
         assert result["pte_error"] <= 1e-4 * max(result["scale"], 1.0), (name, result)
 
 
-def test_optimum_executorch_exports_with_the_coreai_recipe_and_generates_hf_greedy_tokens():
+@pytest.mark.parametrize("recipe", ["coreai", "coreai_device"])
+def test_optimum_executorch_exports_with_the_coreai_recipe_and_generates_hf_greedy_tokens(recipe):
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "rc1" / "optimum_export.py"), "coreai"],
+        [sys.executable, str(ROOT / "tests" / "rc1" / "optimum_export.py"), recipe],
         capture_output=True, text=True, timeout=900, env=rc1_environment(),
     )
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["transformers"] == "5.0.0rc1"
     assert {"forward", "get_max_seq_len", "get_eos_ids", "get_bos_id"} <= set(result["methods"])
-    assert result["optimum"] == result["hf"]  # ExecuTorchModelForCausalLM.generate, one-call prefill
+    assert ("prefill" in result["methods"]) == (recipe == "coreai_device")
+    # ExecuTorchModelForCausalLM.generate: a one-call prefill, or token by token when forward takes one (device)
+    assert result["optimum"] == result["hf"]
     assert result["optimum_text"] == result["hf_text"]  # text_generation, through its tokenizer

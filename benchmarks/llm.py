@@ -76,6 +76,9 @@ ROWS = {
     "qwen3-30b-a3b-1l-fp32": ("qwen3-30b-a3b", "fp32", 1, {}),
     "qwen3.5-8l": ("qwen3.5", "fp16", 8, {}),
     "qwen3.5-4l-fp32": ("qwen3.5-tied", "fp32", 4, {}),
+    # the device form (llm.lower_decoder(target="device")) beside the host rows of the same checkpoint
+    "qwen3-0.6b-28l-device": ("qwen3-0.6b", "fp16", 28, {"target": "device"}),
+    "qwen3-0.6b-28l-fp32-device": ("qwen3-0.6b", "fp32", 28, {"target": "device"}),
 }
 PATHS = ("plugin", "oneshot")
 #: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
@@ -84,12 +87,13 @@ PATHS = ("plugin", "oneshot")
 TIMED_ROWS = (
     "llama", "qwen3", "mistral", "gemma3", "qwen3-moe", "qwen3.5",
     "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-1l-fp32", "qwen3.5-4l-fp32",
+    "qwen3-0.6b-28l-fp32-device",
 )
 #: Rows only there for runtime figures: the one-shot comparison is the fp16 row's (and the MoE rows have
 #: none: coreai-torch's one shot holds about 2.3x the weights, 14 GB at 4 layers of 128 experts).
 RUNTIME_ONLY_ROWS = (
     "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32",
-    "qwen3.5-8l", "qwen3.5-4l-fp32",
+    "qwen3.5-8l", "qwen3.5-4l-fp32", "qwen3-0.6b-28l-device", "qwen3-0.6b-28l-fp32-device",
 )
 #: Rows with experts: a one-call prefill gathers every (token, expert) pair's weights, as single calls do.
 MOE_ROWS = ("qwen3-moe", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32")
@@ -164,11 +168,12 @@ def eager_reference(model: Any, full_logits: bool = False) -> tuple[Any, Any]:
     return prompt, expected if full_logits else expected[:, -1:]  # what forward returns by default
 
 
-def time_runtime(pte: Path, prompt: Any, expected: Any, large: bool) -> dict:
+def time_runtime(pte: Path, prompt: Any, expected: Any, large: bool, device: bool = False) -> dict:
     """Time to first token (one call vs one call per token), decode tokens/s, prefill logits vs ``expected``.
 
     Warm medians of 5 one-call prefills and 2 token-by-token ones and 32 decode steps; a ``large``
-    model (seconds per call) runs 2, 1 and 8.
+    model (seconds per call) runs 2, 1 and 8.  The device form's one call is its ``prefill`` method
+    (the chunk is the prompt), the rest its ``forward``.
     """
     import torch
 
@@ -179,11 +184,12 @@ def time_runtime(pte: Path, prompt: Any, expected: Any, large: bool) -> dict:
     start = time.perf_counter()
     program = Runtime.get().load_program(str(pte))
     method = program.load_method("forward")
+    prefill = program.load_method("prefill") if device else method
     load_s = time.perf_counter() - start
     positions = torch.arange(PROMPT)
 
     def one_call():
-        return method.execute([prompt, positions])[0]
+        return prefill.execute([prompt, positions])[0]
 
     def token_by_token():
         for i in range(PROMPT):
@@ -245,10 +251,11 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     }
     if path == "plugin" and runtime:
         result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
-        prompt, expected = eager_reference(model, **ROWS[name][3])
+        options = ROWS[name][3]
+        prompt, expected = eager_reference(model, options.get("full_logits", False))
         del model  # the runtime's copy of the weights is loaded next: at the real widths both do not fit
         gc.collect()
-        result.update(time_runtime(out, prompt, expected, measurement.weights > LARGE))
+        result.update(time_runtime(out, prompt, expected, measurement.weights > LARGE, options.get("target") == "device"))
     out.unlink(missing_ok=True)
     shutil.rmtree(out.with_suffix(".aimodel"), ignore_errors=True)  # the one shot's asset
     result["process_s"] = time.perf_counter() - started

@@ -260,6 +260,7 @@ def measure_export(
     prefill_chunk: int,
     oneshot: bool = False,
     full_logits: bool = False,
+    target: str = "host",
     profile: Profile | None = None,
 ) -> tuple[Any, Measurement]:
     """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
@@ -269,7 +270,9 @@ def measure_export(
     up to ``prefill_chunk`` over a cache of ``max_context_len``; ``oneshot``
     is coreai-torch's ``TorchConverter`` with the same composites, ``to_coreai``
     and ``save_asset`` (``out`` with the ``.aimodel`` suffix).  ``full_logits``
-    exports every position's logits instead of the last one's.
+    exports every position's logits instead of the last one's; ``target``
+    ``"device"`` exports the device form (``prefill`` of ``prefill_chunk``
+    tokens and ``forward`` of one, caches owned by ExecuTorch).
     """
     profile = profile or Profile()
     with profile.phase("import"):
@@ -279,7 +282,7 @@ def measure_export(
 
         for where, attr, label in PHASES:
             profile.wrap(where, attr, label)
-    shapes = llm.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk)
+    shapes = llm.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk, target=target)
     with profile.phase("load"):
         model = load()
     weights = weight_bytes(model)

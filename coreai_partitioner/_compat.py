@@ -110,6 +110,13 @@ def preserve_node_meta() -> Any:
     return preserve()
 
 
+def acyclic_partition(nodes: list) -> bool:
+    """``torch.fx.passes.utils.fuser_utils.validate_partition``: fusing ``nodes`` makes no dependency cycle."""
+    from torch.fx.passes.utils.fuser_utils import validate_partition
+
+    return validate_partition(nodes)
+
+
 def fake_mode() -> Any:
     """A fake-tensor mode with a shape environment, taking real (or meta) tensors as inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -19,6 +19,7 @@ from . import _compat, _upstream
 from .backends.apple_coreai import BACKEND_ID
 from .backends.apple_coreai.preprocess import SHARE_ASSET_KEY
 from .backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, compile_specs as debug_info_specs
+from .boundaries import split_by_segment
 from .build_records import claim_call_sites
 from .call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from .externalize import check_records
@@ -94,9 +95,10 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         ).propose_partitions()
         delegation_spec = self._delegation_spec_for(exported_program)
         partition_tags: dict[str, DelegationSpec] = {}
-        for partition in partitions:
-            tag = f"tag{partition.id}"
-            for node in partition.nodes:
+        # A graph break the model marked (boundaries.segment) splits a partition in two.
+        for number, nodes in enumerate(split_by_segment(graph, [set(p.nodes) for p in partitions])):
+            tag = f"tag{number}"
+            for node in nodes:
                 node.meta["delegation_tag"] = tag
             partition_tags[tag] = delegation_spec
         raise_on_symbolic_outputs(graph)

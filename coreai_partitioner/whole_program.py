@@ -25,11 +25,10 @@ re-runs the delegate's program on fake tensors once per pass.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import operator
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -44,6 +43,7 @@ from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
 from torch.export import ExportedProgram
 
 from . import _compat
+from .boundaries import mark_outside
 from .partitioner import CoreAIPartitioner
 from .passes import get_default_passes
 
@@ -54,30 +54,6 @@ _TRACED_BACK = (torch.ops.aten.sym_size.int,)
 
 #: What may stay outside the delegate for the fast edge conversion: the casts around it.
 _CASTS = (torch.ops.aten._to_copy.default,)
-
-
-#: ``node.meta["custom"]`` key of the ops a model keeps outside the Core AI delegate (:func:`outside_delegate`).
-OUTSIDE = "coreai_partitioner.outside_delegate"
-
-
-@contextlib.contextmanager
-def outside_delegate() -> Iterator[None]:
-    """Ops a model traces inside stay outside the Core AI delegate when :func:`lower_whole_programs` lowers it.
-
-    The model must be exported under :func:`_compat.preserve_node_meta`, which keeps the annotation.
-    """
-    with _compat.annotate_nodes({OUTSIDE: True}):
-        yield
-
-
-def mark_outside(graph: torch.fx.Graph) -> int:
-    """Tag the nodes traced under :func:`outside_delegate` ``do_not_delegate``; returns how many."""
-    marked = 0
-    for node in graph.nodes:
-        if (node.meta.get("custom") or {}).get(OUTSIDE):
-            _compat.do_not_delegate(node)
-            marked += 1
-    return marked
 
 
 class WholeProgramManager(EdgeProgramManager):
@@ -140,7 +116,7 @@ def lower_whole_programs(
 
     One call is what lets partitioners built with ``share_asset`` give their
     methods one asset (the backend's ``preprocess_multimethod`` sees them all).
-    Ops the model traced under :func:`outside_delegate` stay outside.
+    Ops the model traced under :func:`~coreai_partitioner.boundaries.outside_delegate` stay outside.
     ``executorch_config`` makes the ``ExecutorchBackendConfig`` the result's
     ``to_executorch()`` uses when given none.
     """

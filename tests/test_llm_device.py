@@ -144,3 +144,33 @@ def test_device_calls_are_whole_chunks_then_single_tokens():
     ]
     with pytest.raises(ValueError, match=r"takes 1 token \(forward\) or 4 \(prefill\), not 3"):
         llm.check_call(torch.zeros(1, 3, dtype=torch.long), SHAPES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type, layers_per_delegate", [("gemma3_text", 2), ("qwen3_5_text", 1)])
+def test_graph_breaks_make_a_delegate_per_n_layers_each_a_function_of_the_one_asset(model_type, layers_per_delegate, tmp_path):
+    model = tiny(model_type)
+    path = save_pte(llm.lower_decoder(model, SHAPES, graph_breaks=layers_per_delegate), tmp_path / "model.pte")
+    pte = read_pte(path)
+    count = model.config.num_hidden_layers // layers_per_delegate
+    for method in METHODS:
+        delegates = pte.coreai_delegates(method)
+        assert [d.manifest["function"] for d in delegates] == [f"{method}_{i}" for i in range(count)]
+        plan = pte.plans[method]
+        for call in plan.delegate_calls:  # only fp16/fp32 tensors cross, between delegates too
+            assert {(a.kind, a.dtype, a.dynamism) for a in plan.arguments(call)} <= {("Tensor", "FLOAT", "STATIC")}
+    assert len({d.manifest["hash"] for d in pte.coreai_delegates()}) == 1
+    start = prompt_tokens(PROMPT)[0].tolist()
+    with torch.no_grad():
+        expected = model(torch.tensor([start])).logits[:, -1:]
+    torch.testing.assert_close(llm.prefill(path, start, SHAPES), expected, rtol=1e-4, atol=1e-5)
+    assert_hf_greedy(llm.greedy_decode(path, start, 8, SHAPES)[PROMPT:], model, start, 8)
+
+
+def test_graph_breaks_are_refused_where_they_cannot_be_honoured():
+    with pytest.raises(UnsupportedDevice, match=r"llama: graph breaks every 2 layer\(s\) of 2: give 1 to 1"):
+        llm.lower_decoder(tiny("llama"), SHAPES, graph_breaks=2)
+    with pytest.raises(UnsupportedDevice, match="gemma4_text: its shared-KV layers attend an earlier layer's keys"):
+        llm.lower_decoder(tiny("gemma4_text"), SHAPES, graph_breaks=1)
+    with pytest.raises(ValueError, match="graph breaks are the device form's"):
+        llm.lower_decoder(tiny("llama"), llm.DecoderShapes(max_context_len=32, prefill_chunk=4), graph_breaks=1)

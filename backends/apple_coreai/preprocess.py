@@ -79,25 +79,33 @@ class CoreAICompositeBackend(BackendDetails):
         edge_programs: Dict[str, List[ExportedProgram]],
         compile_specs: Dict[str, List[List[CompileSpec]]],
     ) -> Dict[str, List[PreprocessResult]]:
-        """One asset for every method, a function each, when the partitioner asked for it (``share_asset``).
+        """One asset for every method's delegates, a function each, when the partitioner asked for it (``share_asset``).
 
-        Otherwise each delegate is preprocessed on its own, as ExecuTorch's default does.
+        A method's one delegate runs the function named after it; several
+        (graph breaks) run ``<method>_<i>``.  Otherwise each delegate is
+        preprocessed on its own, as ExecuTorch's default does.
         """
         shared = [
             method for method, specs in compile_specs.items() if any(_shares_asset(s) for s in specs)
         ]
         if not shared:
             return super().preprocess_multimethod(edge_programs, compile_specs)
-        for method in edge_programs:
-            if len(edge_programs[method]) != 1:
-                raise ValueError(
-                    f"share_asset: method {method!r} has {len(edge_programs[method])} Core AI delegates; a shared asset "
-                    "takes one per method (a function each). Lower that method without share_asset, or keep it in one delegate"
-                )
+        delegates = {}
+        for method, programs in edge_programs.items():
             if method not in shared:
                 raise ValueError(f"share_asset: every method lowered together must ask for it; {method!r} does not")
-        results = _preprocess_functions({m: (programs[0], compile_specs[m][0]) for m, programs in edge_programs.items()})
-        return {method: [result] for method, result in results.items()}
+            for index, program in enumerate(programs):
+                delegates[function_name(method, index, len(programs))] = (program, compile_specs[method][index])
+        results = _preprocess_functions(delegates)
+        return {
+            method: [results[function_name(method, i, len(programs))] for i in range(len(programs))]
+            for method, programs in edge_programs.items()
+        }
+
+
+def function_name(method: str, index: int, count: int) -> str:
+    """The asset function of a method's ``index``-th of ``count`` delegates in a shared asset."""
+    return method if count == 1 else f"{method}_{index}"
 
 
 #: Compile spec of delegates that share one asset, a function each (:meth:`CoreAICompositeBackend.preprocess_multimethod`).

@@ -19,6 +19,7 @@ prompt longer than the window is still one call.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -216,6 +217,14 @@ class Step:
             return window_plan(slot_positions, self.positions.float(), size, self.decoder.context)
 
         return self._memoized(("window", size), make)
+
+    def before_layer(self, index: int, hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden state layer ``index`` takes: as it is here (a device step may break the graph there)."""
+        return hidden
+
+    def scope(self, index: int):
+        """A context layer ``index`` runs in (a device step marks which delegate its ops go to)."""
+        return contextlib.nullcontext()
 
     def full_cache(
         self, key_cache: torch.Tensor, value_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor

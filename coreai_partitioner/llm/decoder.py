@@ -93,8 +93,10 @@ class Decoder(nn.Module):
         step.dtype = hidden.dtype
         if self.prepare is not None:
             self.prepare(tokens, hidden, step)
-        for layer in self.layers:
-            hidden = layer(hidden, step)
+        for index, layer in enumerate(self.layers):
+            hidden = step.before_layer(index, hidden)
+            with step.scope(index):
+                hidden = layer(hidden, step)
         step.finish()
         if not self.full_logits:
             hidden = hidden[:, -1:, :]

@@ -56,7 +56,7 @@ from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch import nn
 
-from ..whole_program import outside_delegate
+from ..boundaries import outside_delegate, segment
 from .blocks import Attention, Step, WindowPlan, window_plan
 
 logger = logging.getLogger(__name__)
@@ -89,9 +89,29 @@ class DeviceStep(Step):
     outside the delegate read.
     """
 
-    def __init__(self, decoder: nn.Module, positions: torch.Tensor, slots: torch.Tensor) -> None:
+    def __init__(
+        self, decoder: nn.Module, positions: torch.Tensor, slots: torch.Tensor, layers_per_delegate: int | None = None
+    ) -> None:
         super().__init__(decoder, positions)
         self.slots = slots
+        self.layers_per_delegate = layers_per_delegate
+
+    def before_layer(self, index: int, hidden: torch.Tensor) -> torch.Tensor:
+        """A graph break before every ``layers_per_delegate``-th layer: a copy outside the delegates.
+
+        What the layers share (masks, RoPE tables, window plans) is made again
+        in each delegate from the fp32 positions, so only the hidden state
+        (and the positions) cross.
+        """
+        if not self.layers_per_delegate or index == 0 or index % self.layers_per_delegate:
+            return hidden
+        self._memo.clear()
+        with outside_delegate():
+            return hidden.clone()
+
+    def scope(self, index: int):
+        """Layer ``index``'s ops belong to delegate ``index // layers_per_delegate`` (:func:`~..boundaries.segment`)."""
+        return segment(index // self.layers_per_delegate) if self.layers_per_delegate else super().scope(index)
 
     def _old_and_new_mask(self, length: int) -> torch.Tensor:
         """``[1, 1, T, length + T]``: a full cache's slots before the call's first position, then its own causally."""
@@ -160,27 +180,43 @@ def _default_order(t: torch.Tensor) -> torch.Tensor:
 class DeviceDecoder(nn.Module):
     """``forward(tokens [1, T] int64, input_pos [T] int64) -> logits`` of a :class:`~.decoder.Decoder`, device form."""
 
-    def __init__(self, decoder: nn.Module) -> None:
+    def __init__(self, decoder: nn.Module, layers_per_delegate: int | None = None) -> None:
         super().__init__()
         self.decoder = decoder
+        self.layers_per_delegate = layers_per_delegate
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
         with outside_delegate():
             tokens = tokens.to(torch.float32)
             positions = input_pos.to(torch.float32)
-        return self.decoder.run(tokens.to(torch.int32), DeviceStep(self.decoder, positions, input_pos))
+        step = DeviceStep(self.decoder, positions, input_pos, self.layers_per_delegate)
+        return self.decoder.run(tokens.to(torch.int32), step)
 
 
 class UnsupportedDevice(ValueError):
     """A model or shape the device form cannot take; names it and the fix."""
 
 
-def check_device(decoder: nn.Module, prefill_chunk: int) -> None:
+def check_device(decoder: nn.Module, prefill_chunk: int, layers_per_delegate: int | None = None) -> None:
     """Refuse, before any export work, what the device form cannot honour.
 
     A sliding layer's ring takes a call's rows at ``position % window``: a
     prefill chunk longer than the window would write a slot twice in one call.
+    Graph breaks need a whole number of layers per delegate, below the
+    layer count, and no layer that attends another's keys (KV sharing: its
+    mask would cross a delegate boundary as a bool tensor).
     """
+    if layers_per_delegate is not None:
+        layers = len(decoder.layers)
+        if not 1 <= layers_per_delegate < layers:
+            raise UnsupportedDevice(
+                f"{decoder.model_type}: graph breaks every {layers_per_delegate} layer(s) of {layers}: give 1 to {layers - 1}"
+            )
+        if any(isinstance(m, Attention) and m.shared for m in decoder.modules()):
+            raise UnsupportedDevice(
+                f"{decoder.model_type}: its shared-KV layers attend an earlier layer's keys and mask, which a graph "
+                "break would pass between delegates as a bool tensor; export it without --graph-breaks"
+            )
     windows = sorted({m.window for m in decoder.modules() if isinstance(m, Attention) and m.window})
     if windows and prefill_chunk > windows[0]:
         raise UnsupportedDevice(
@@ -235,7 +271,10 @@ def check_delegates(edge: Any) -> None:
                 elif not all(isinstance(size, int) for size in val.shape):
                     problems.append(f"{method}: delegate {kind} {name} has a symbolic shape {tuple(val.shape)}")
                 elif val.stride() != _row_major(val.shape):
-                    problems.append(f"{method}: delegate {kind} {name} is not in the default dim order")
+                    problems.append(
+                        f"{method}: delegate {kind} {name} {tuple(val.shape)} is not in the default dim order "
+                        f"(strides {val.stride()})"
+                    )
     if problems:
         raise RuntimeError(
             "the device form's delegates must pass fp16/fp32 tensors of static shape only (upstream's Core AI "

@@ -141,11 +141,13 @@ def export_decoder(
     decompositions: dict | None = None,
     decoder: Decoder | None = None,
     length: int | None = None,
+    layers_per_delegate: int | None = None,
 ):
     """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
 
     With ``length`` it is the device form's :class:`~.device.DeviceDecoder`
-    that is exported, for ``T = length`` (static), its boundary annotations kept.
+    that is exported, for ``T = length`` (static), its boundary annotations kept,
+    a graph break every ``layers_per_delegate`` layers.
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
@@ -168,7 +170,7 @@ def export_decoder(
     if length is not None:
         from .device import DeviceDecoder
 
-        exported, preserve = DeviceDecoder(decoder), _compat.preserve_node_meta
+        exported, preserve = DeviceDecoder(decoder, layers_per_delegate), _compat.preserve_node_meta
     else:
         length = min(2, shapes.prefill_chunk)
         if shapes.prefill_chunk > 1:
@@ -234,6 +236,7 @@ def lower_decoder(
     quantized_reference: list | None = None,
     decoder: Decoder | None = None,
     target: str | None = None,
+    graph_breaks: int | None = None,
     **partitioner_options: Any,
 ):
     """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
@@ -253,7 +256,8 @@ def lower_decoder(
     on-device Core AI runtime runs (:mod:`.device`): methods ``forward``
     (``T = 1``) and ``prefill`` (``T = prefill_chunk``) over one shared
     asset, caches owned by ExecuTorch, fp16/fp32 tensors only across each
-    delegate, backend id ``CoreAIBackend``.
+    delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
+    makes a delegate of every ``N`` layers, each a function of the one asset.
     """
     from .. import CoreAIPartitioner
     from ..whole_program import decomposition_table, lower_whole_program
@@ -262,7 +266,9 @@ def lower_decoder(
         shapes = dataclasses.replace(shapes, target=target)
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     if shapes.device:
-        return _lower_device(model, shapes, decoder, quantize, quantized_reference, partitioner_options)
+        return _lower_device(model, shapes, decoder, quantize, quantized_reference, graph_breaks, partitioner_options)
+    if graph_breaks is not None:
+        raise ValueError("graph breaks are the device form's (target='device'); the host form is one delegate")
     program, records = export_decoder(
         model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder
     )
@@ -288,6 +294,7 @@ def _lower_device(
     decoder: Decoder,
     quantize: str | None,
     quantized_reference: list | None,
+    graph_breaks: int | None,
     partitioner_options: dict[str, Any],
 ):
     """:func:`lower_decoder`'s device form (:mod:`.device`): a static export per method, one shared asset."""
@@ -295,7 +302,7 @@ def _lower_device(
     from ..whole_program import decomposition_table, lower_whole_programs
     from .device import check_delegates, check_device, executorch_config, relabel_backend
 
-    check_device(decoder, shapes.prefill_chunk)
+    check_device(decoder, shapes.prefill_chunk, graph_breaks)
     refused = {"take_over_mutable_buffer", "input_enumerations", "share_asset", "uses_sidecar"} & set(partitioner_options)
     if refused:
         raise ValueError(
@@ -305,7 +312,8 @@ def _lower_device(
     methods = {}
     for method, length in shapes.methods().items():
         program, records = export_decoder(
-            model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder, length=length
+            model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder, length=length,
+            layers_per_delegate=graph_breaks,
         )
         if quantize and quantized_reference is not None and method == "forward":
             quantized_reference.append(program.module())

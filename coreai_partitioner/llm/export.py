@@ -12,6 +12,7 @@ dynamic ``T`` or enumerated ``T`` in {1, chunk}.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +108,8 @@ def export_decoder(
     shapes: DecoderShapes,
     *,
     full_logits: bool = False,
-    quantize: str | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
     decompositions: dict | None = None,
     decoder: Decoder | None = None,
 ):
@@ -115,17 +117,20 @@ def export_decoder(
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
-    enumerated ``T = 1`` needs it).  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
-    composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE
-    layers the same way (:meth:`~.blocks.MoE.quantize_experts`), stored compressed; routers stay float.
+    enumerated ``T = 1`` needs it).  ``quantize`` (a scheme of
+    :data:`coreai_partitioner.schemes.SCHEMES`) stores the weights outside the composites compressed
+    (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
+    (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
+    names.  Every shape is checked against the scheme before any work.
 
-    With ``decompositions`` (and no ``quantize``, which needs ``torch.export``'s
+    With ``decompositions`` (and no coreai-opt scheme, which needs ``torch.export``'s
     own IR) the decoder is traced straight to functional ATen IR with that
     table (:func:`~coreai_partitioner._compat.export_decomposed`: one trace
     where export then ``run_decompositions`` make two).
     """
     from .. import default_specs, externalize_modules
     from ..passes import remove_noop_expands
+    from ..quantize import uses_coreai_opt
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     length = min(2, shapes.prefill_chunk)
@@ -137,23 +142,29 @@ def export_decoder(
 
     def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
         with torch.no_grad():
-            if decompositions is not None and not quantize:
+            if decompositions is not None and not (quantize and uses_coreai_opt(quantize)):
                 return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
             return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
 
     routers = []
-    if quantize:  # coreai-opt quantizes Linear layers; the experts feed gather_mm, so they are quantized here
+    if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
+        from ..program_weights import is_kept
+        from ..quantize import check_model
         from .blocks import MoE
 
-        for path, module in decoder.named_modules():
-            if isinstance(module, MoE):
-                module.quantize_experts(quantize)
-                routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
+        experts = {p: m for p, m in decoder.named_modules() if isinstance(m, MoE) and not is_kept(p, p, keep_float)}
+        check_model(decoder, quantize, keep_float=keep_float, planned=[e for p, m in experts.items() for e in m.planned(quantize, p)])
+        for path, module in experts.items():
+            module.quantize_experts(quantize, path)
+            routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
     program, records = externalize_modules(decoder, default_specs(), export_fn=export_fn)
     if quantize:
         from ..quantize import quantize as quantize_program
 
-        program = quantize_program(program, quantize, records=records, dynamic_shapes=dynamic_shapes, keep_float=routers)
+        program = quantize_program(
+            program, quantize, records=records, dynamic_shapes=dynamic_shapes, keep_float=[*keep_float, *routers],
+            decompositions=decompositions,
+        )
     for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
         remove_noop_expands(graph_module)
     return program, records
@@ -188,7 +199,8 @@ def lower_decoder(
     shapes: DecoderShapes,
     *,
     full_logits: bool = False,
-    quantize: str | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
     quantized_reference: list | None = None,
     decoder: Decoder | None = None,
     **partitioner_options: Any,
@@ -201,7 +213,8 @@ def lower_decoder(
     ``T`` (1 and the chunk) over one copy of the weights.  ``quantize`` is
     :func:`export_decoder`'s; a list passed as ``quantized_reference``
     receives the quantized program's eager module (taken before lowering,
-    which takes over the program's constants), to check the ``.pte`` against.
+    which takes over the program's constants), to check the ``.pte`` against; ``keep_float``
+    names layers left float (module paths of the decoder, e.g. ``lm_head``, ``layers.0.mlp.down``).
     Lowers with :func:`~coreai_partitioner.whole_program.lower_whole_program`
     (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
     whose ``.to_executorch()`` gives the ``.pte``.
@@ -211,7 +224,7 @@ def lower_decoder(
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     program, records = export_decoder(
-        model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder
+        model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(), decoder=decoder
     )
     if quantize and quantized_reference is not None:
         quantized_reference.append(program.module())

@@ -1,4 +1,4 @@
-"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16``, ``coreai_int8``, ``coreai_int4``.
+"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16`` and one per weight scheme.
 
 optimum-executorch 1.1.0 finds recipes only in its own package
 (``discover_recipes`` imports ``optimum.exporters.executorch.recipes.*``), but
@@ -39,6 +39,10 @@ RECIPES = {
     "coreai_fp16": ("float16", None),
     "coreai_int8": (None, "int8"),
     "coreai_int4": (None, "int4"),
+    "coreai_int4_channel": (None, "int4-channel"),
+    "coreai_palettize4": (None, "palettize4"),
+    "coreai_palettize8": (None, "palettize8"),
+    "coreai_palettize4_mixed": (None, "palettize4-mixed"),
 }
 
 

@@ -235,22 +235,26 @@ def check_model(
     keep_float: Sequence[str] = (),
     planned: Sequence[schemes.Planned] = (),
 ) -> None:
-    """Before any export: raise naming every Linear, convolution or embedding weight of ``model`` the scheme
-    cannot store (and each of ``planned``, weights the caller stores itself, such as MoE experts).
+    """Before any export: raise naming every weight of ``model`` the scheme cannot store, and the ways out.
 
-    Works on a meta-device model (shapes only).  A Linear whose weight is an
-    embedding's (a tied lm_head) takes the embedding's form.
+    The weights are those of its Linear, convolution and embedding modules,
+    those a module storing its own says it stores (``module.planned(scheme,
+    path)``, a list of :class:`~.schemes.Planned`: MoE experts), and
+    ``planned``.  Works on a meta-device model (shapes only).  A Linear whose
+    weight is an embedding's (a tied lm_head) takes the embedding's form.
     """
     found = schemes.scheme(scheme)
     embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     names: dict[int, list[str]] = {}
     tensors = {}
+    weights = list(planned)
     for layer, module in model.named_modules():
         weight = getattr(module, "weight", None)
         if isinstance(module, _STORED) and isinstance(weight, torch.Tensor):
             names.setdefault(id(weight), []).append(layer)
             tensors[id(weight)] = weight
-    weights = list(planned)
+        elif callable(getattr(module, "planned", None)) and not is_kept(layer, layer, keep_float):
+            weights += module.planned(found, layer)
     for key, layers in names.items():
         if any(is_kept(f"{layer}.weight", layer, keep_float) for layer in layers):
             continue

@@ -158,6 +158,14 @@ def export_decomposed(
         _trace._export_to_aten_ir = to_aten
 
 
+def compression_ops() -> Any:
+    """``torch.ops.coreai``, with coreai-torch's compression ops (``lut_to_dense``,
+    ``constexpr_blockwise_shift_scale``) registered: they live in its private ``_compression``."""
+    from coreai_torch._compression import custom_layers  # noqa: F401 - registers the ops
+
+    return torch.ops.coreai
+
+
 def unverified_compile_config() -> Any:
     """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
     config = get_default_compile_config()

@@ -45,10 +45,13 @@ def export_with_composites(
     ``specs`` defaults to :func:`default_specs`; ``dynamic_shapes`` is
     ``torch.export.export``'s.  ``dtype`` exports the model's floating weights,
     buffers and sample in that dtype (the model itself is left as it is;
-    :mod:`.precision`).  ``quantize`` (``"int8"``, ``"int4"`` or a coreai-opt
-    ``QuantizerConfig``) quantizes the weights outside the composites with
-    :func:`coreai_partitioner.quantize.quantize`, leaving ``keep_float``
-    layers in floating point.  Returns the program and its records.
+    :mod:`.precision`).  ``quantize`` (a scheme of
+    :data:`coreai_partitioner.schemes.SCHEMES`: ``"int8"``, ``"int4"``,
+    ``"int4-channel"``, ``"palettize4"``, ``"palettize8"``,
+    ``"palettize4-mixed"``; a :class:`~coreai_partitioner.schemes.Scheme`; or a
+    coreai-opt ``QuantizerConfig``) stores the weights outside the composites
+    compressed with :func:`coreai_partitioner.quantize.quantize`, leaving
+    ``keep_float`` layers in floating point.  Returns the program and its records.
     """
     from coreai_torch import get_decomp_table
 
@@ -77,15 +80,16 @@ def export_with_composites(
 def _check_quantize(scheme: Any) -> None:
     import importlib.util
 
-    if importlib.util.find_spec("coreai_opt") is None:
-        raise ValueError("quantize= needs coreai-opt: pip install 'coreai-partitioner[quantize]'")
-    from .quantize import SCHEMES
+    from .schemes import SCHEMES, Scheme
 
     if isinstance(scheme, str) and scheme not in SCHEMES:
         raise ValueError(
             f"quantize={scheme!r} is not a scheme; choose one of {', '.join(map(repr, SCHEMES))}, "
             "or pass a coreai_opt.quantization.QuantizerConfig"
         )
+    palettized = isinstance(scheme, (str, Scheme)) and (SCHEMES[scheme] if isinstance(scheme, str) else scheme).palettized
+    if not palettized and importlib.util.find_spec("coreai_opt") is None:
+        raise ValueError(f"quantize={scheme!r} needs coreai-opt: pip install 'coreai-partitioner[quantize]'")
 
 
 def lower_exported(

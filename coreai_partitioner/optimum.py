@@ -1,5 +1,5 @@
-"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16``, ``coreai_int8``,
-``coreai_int4`` and ``coreai_device``.
+"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16``, one per weight
+scheme, and ``coreai_device``.
 
 optimum-executorch 1.1.0 finds recipes only in its own package
 (``discover_recipes`` imports ``optimum.exporters.executorch.recipes.*``), but
@@ -44,7 +44,12 @@ RECIPES = {
     "coreai_fp16": ("float16", None, "host"),
     "coreai_int8": (None, "int8", "host"),
     "coreai_int4": (None, "int4", "host"),
+    "coreai_int4_channel": (None, "int4-channel", "host"),
+    "coreai_palettize4": (None, "palettize4", "host"),
+    "coreai_palettize8": (None, "palettize8", "host"),
+    "coreai_palettize4_mixed": (None, "palettize4-mixed", "host"),
     "coreai_device": (None, None, "device"),
+    "coreai_device_palettize4": (None, "palettize4", "device"),
 }
 
 #: The device form's ``prefill`` chunk (at most the context, and at most a sliding window: see llm.device).

@@ -1,27 +1,38 @@
-"""Weight-only quantization with coreai-opt, between ``externalize_modules`` and lowering.
+"""Weight-only quantization between ``externalize_modules`` and lowering: coreai-opt's integers, or look-up tables.
 
 Where it goes in the flow::
 
     ep, records = externalize_modules(model, default_specs(),
                                       export_fn=lambda m: torch.export.export(m, sample, dynamic_shapes=shapes))
-    ep = quantize(ep, "int8", records=records, dynamic_shapes=shapes)   # or "int4"; decomposes it too
+    ep = quantize(ep, "int4-channel", records=records, dynamic_shapes=shapes)   # decomposes it too
     quantized_eager = ep.module()                   # the reference for verify, before lowering consumes ep
     lowered = to_edge_transform_and_lower(ep, partitioner=[CoreAIPartitioner(externalized_modules=records)], ...)
 
-coreai-opt (graph mode, built on PT2E) re-exports the whole-model program,
-where every composite call site is one opaque ``coreai_torch_ext::<op>``
-node: it quantizes the Linear and embedding weights outside the composites and
-never looks inside them, so the records' own sub-exports (the composite bodies)
-stay float and keep pairing with their call sites by op target.  Each quantized
-weight becomes an int8 or int4 constant feeding ``coreai.constexpr_blockwise_shift_scale``,
-which coreai-torch converts as such: the Core AI asset stores the weight
-compressed and expands it on device, so the ``.pte`` is really smaller.
+``scheme`` is a name of :data:`SCHEMES` (what each stores:
+:mod:`coreai_partitioner.schemes`), a :class:`~.schemes.Scheme`, or a
+coreai-opt ``QuantizerConfig``.  Every shape is checked against the scheme
+first, and a weight it cannot store is an error naming its layer and the ways
+out (``keep_float=[...]``, a smaller block or group) before any work.
 
-Quantize *before* ``run_decompositions``: coreai-opt finds Linear layers by
-their ``aten.linear`` pattern, which coreai-torch's decomposition table turns
-into ``permute`` + ``mm``.  A weight that coreai-opt cannot quantize is an error
-naming its layer (or pass the layer in ``keep_float``); so is a configuration
-that names a layer inside a composite.
+The ``palettize*`` schemes are :func:`coreai_partitioner.palettize.palettize`'s
+(k-means look-up tables; the program may be decomposed already).  The
+``int`` schemes run coreai-opt (graph mode, built on PT2E), which re-exports
+the whole-model program, where every composite call site is one opaque
+``coreai_torch_ext::<op>`` node: it quantizes the Linear and embedding
+weights outside the composites and never looks inside them, so the records'
+own sub-exports (the composite bodies) stay float and keep pairing with
+their call sites by op target.  Each quantized weight becomes an int8 or
+int4 constant feeding ``coreai.constexpr_blockwise_shift_scale``, which
+coreai-torch converts as such: the Core AI asset stores the weight
+compressed and expands it on device, so the ``.pte`` is really smaller.
+Embeddings (and a lm_head tied to one) are int8 per channel under every
+``int`` scheme.
+
+For the ``int`` schemes quantize *before* ``run_decompositions``: coreai-opt
+finds Linear layers by their ``aten.linear`` pattern, which coreai-torch's
+decomposition table turns into ``permute`` + ``mm``.  A weight that coreai-opt
+cannot quantize is an error naming its layer (or pass the layer in
+``keep_float``); so is a configuration that names a layer inside a composite.
 """
 
 from __future__ import annotations
@@ -35,78 +46,135 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from . import _compat, schemes
 from .call_sites import call_sites_by_op, externalized_op_name, resolve_call_sites
-from . import _compat
+from .program_weights import Weight, is_composite, is_kept, outside_composites, parameter_users
+from .schemes import QuantizationError, Scheme
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SCHEMES", "QuantizationError", "QuantizedReport", "check", "quantize", "quantizer_config"]
+__all__ = [
+    "SCHEMES",
+    "QuantizationError",
+    "QuantizedReport",
+    "check",
+    "check_model",
+    "quantize",
+    "quantizer_config",
+    "uses_coreai_opt",
+]
 
-#: What each scheme name means.
-SCHEMES = {
-    "int8": "int8 weights, per output channel, symmetric, weight-only",
-    "int4": "int4 weights, blocks of 32 along the input channels, symmetric, weight-only",
-}
+#: What each scheme name means (:data:`coreai_partitioner.schemes.SCHEMES` holds the schemes themselves).
+SCHEMES = {name: str(s) for name, s in schemes.SCHEMES.items()}
 
 #: The op that expands a compressed weight on device.
 DECOMPRESS_OP = "constexpr_blockwise_shift_scale"
+#: The op that expands a palettized weight on device.
+LUT_OP = "lut_to_dense"
 
 
-class QuantizationError(ValueError):
-    """A layer coreai-opt cannot quantize, or a configuration it cannot apply; the message names it."""
+def uses_coreai_opt(scheme: str | Scheme | Any) -> bool:
+    """Whether ``scheme`` runs coreai-opt's quantizer, which needs the program before ``run_decompositions``."""
+    return not isinstance(scheme, (str, Scheme)) or not schemes.scheme(scheme).palettized
 
 
-def quantizer_config(scheme: str, *, block_size: int = 32, keep_float: Sequence[str] = ()) -> Any:
-    """The coreai-opt ``QuantizerConfig`` of ``scheme`` (see :data:`SCHEMES`).
+def quantizer_config(
+    scheme: str | Scheme, *, block_size: int | None = None, keep_float: Sequence[str] = (), embeddings: Sequence[str] = ()
+) -> Any:
+    """The coreai-opt ``QuantizerConfig`` of an ``int`` ``scheme`` (see :data:`SCHEMES`).
 
-    ``keep_float`` names modules (paths in the exported program) to leave in
-    floating point.
+    ``embeddings`` names the modules that read an embedding table (the
+    embedding, and a lm_head tied to it), which get the scheme's embedding
+    form; ``keep_float`` names modules (paths in the exported program) to
+    leave in floating point.
     """
-    from coreai_opt.quantization import QuantizerConfig
+    from coreai_opt.quantization import ModuleQuantizerConfig, QuantizerConfig
 
-    if scheme == "int8":
-        config = QuantizerConfig.presets.w8()
-    elif scheme == "int4":
-        config = QuantizerConfig.presets.w4_per_block(block_size=block_size)
-    else:
-        raise ValueError(
-            f"no quantization scheme named {scheme!r}; choose one of {', '.join(SCHEMES)}, "
-            "or pass a coreai_opt.quantization.QuantizerConfig"
-        )
-    if keep_float:
-        config.module_name_configs = {**(config.module_name_configs or {}), **{name: None for name in keep_float}}
+    found = schemes.scheme(scheme, block_size=block_size)
+    if found.palettized:
+        raise ValueError(f"{found.name} is a palettization scheme, not a coreai-opt QuantizerConfig; quantize() takes it")
+    config = _preset(QuantizerConfig.presets, found.linear)
+    names = dict.fromkeys(embeddings, _preset(ModuleQuantizerConfig.presets, found.embedding))
+    names.update(dict.fromkeys(keep_float, None))
+    if names:
+        config.module_name_configs = {**(config.module_name_configs or {}), **names}
     return config
+
+
+def _preset(presets: Any, form: Any) -> Any:
+    if form.bits == 8:
+        return presets.w8()
+    return presets.w4() if form.size is None else presets.w4_per_block(block_size=form.size)
 
 
 def quantize(
     exported_program: ExportedProgram,
-    scheme: str | Any = "int8",
+    scheme: str | Scheme | Any = "int8",
     *,
     records: Sequence[Any] | None = None,
     example_inputs: tuple[Any, ...] | None = None,
     dynamic_shapes: Any = None,
     keep_float: Sequence[str] = (),
-    block_size: int = 32,
+    block_size: int | None = None,
+    group_size: int | None = None,
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
 ) -> ExportedProgram:
     """Quantize the weights of ``exported_program`` outside its composites; return a program to lower.
 
     ``exported_program`` is what ``externalize_modules`` returned, not yet run
-    through ``run_decompositions``.  ``scheme`` is ``"int8"`` (per channel),
-    ``"int4"`` (blocks of ``block_size``) or a coreai-opt ``QuantizerConfig``
-    (graph mode; name modules by their path in the program, never a module
-    type).  ``records`` (the ones ``externalize_modules`` returned) are checked
-    to still pair with the quantized program's call sites.  ``example_inputs``
-    default to the program's own; a program exported with dynamic
-    dimensions needs the same ``dynamic_shapes`` again (coreai-opt and the
-    final export re-export it).  ``keep_float`` names layers to leave in
-    floating point (module paths, or parameter names); any other weight
-    coreai-opt cannot quantize is an error.
+    through ``run_decompositions`` (a ``palettize*`` scheme takes it either
+    way).  ``scheme`` is a name of :data:`SCHEMES`, a :class:`~.schemes.Scheme`
+    or a coreai-opt ``QuantizerConfig`` (graph mode; name modules by their
+    path in the program, never a module type); ``block_size`` and
+    ``group_size`` resize its int4 blocks or look-up table groups.
+    ``records`` (the ones ``externalize_modules`` returned) are checked to
+    still pair with the quantized program's call sites.  ``example_inputs``
+    default to the program's own; a program exported with dynamic dimensions
+    needs the same ``dynamic_shapes`` again (coreai-opt and the final export
+    re-export it).  ``keep_float`` names layers to leave in floating point
+    (module paths, or parameter names); any other weight the scheme cannot
+    store is an error.
 
     The result is decomposed with ``decompositions`` (coreai-torch's table by
     default), ready for ``to_edge_transform_and_lower``; its ``module()`` is
     the quantized eager model.  The input program is left as it was.
     """
+    if decompositions is None:
+        from coreai_torch import get_decomp_table
+
+        decompositions = get_decomp_table()
+    if isinstance(scheme, (str, Scheme)):
+        scheme = schemes.scheme(scheme, group_size=group_size, block_size=block_size)
+        if scheme.palettized:
+            from .palettize import palettize
+
+            palettized = palettize(exported_program, scheme, records=records, keep_float=keep_float)
+            return _decomposed(palettized, decompositions)
+        _check_int_shapes(exported_program, scheme, keep_float)
+    return _quantize_with_coreai_opt(
+        exported_program, scheme, records, example_inputs, dynamic_shapes, keep_float, decompositions
+    )
+
+
+def _decomposed(program: ExportedProgram, decompositions: Mapping[Any, Callable[..., Any]]) -> ExportedProgram:
+    """``program`` decomposed with ``decompositions``, unless no op of the table is left in it."""
+    from executorch.exir.graph_module import contains_any_call_fn_target_op
+
+    if contains_any_call_fn_target_op(program.graph_module, list(decompositions)):
+        with torch.no_grad():
+            return program.run_decompositions(decompositions)
+    return program
+
+
+def _quantize_with_coreai_opt(
+    exported_program: ExportedProgram,
+    scheme: Scheme | Any,
+    records: Sequence[Any] | None,
+    example_inputs: tuple[Any, ...] | None,
+    dynamic_shapes: Any,
+    keep_float: Sequence[str],
+    decompositions: Mapping[Any, Callable[..., Any]],
+) -> ExportedProgram:
     from coreai_opt.common import ExportBackend
     from coreai_opt.quantization import Quantizer
 
@@ -122,18 +190,18 @@ def quantize(
             "the program has dynamic input dimensions; pass the dynamic_shapes it was exported with "
             "(quantize re-exports it, and would otherwise make every dimension static)"
         )
-    if decompositions is None:
-        from coreai_torch import get_decomp_table
-
-        decompositions = get_decomp_table()
 
     model = exported_program.module()
     modules = {name for name, _ in model.named_modules()}
     float_modules = [name for name in keep_float if name in modules]  # the rest name parameters
-    config = scheme if not isinstance(scheme, str) else quantizer_config(scheme, block_size=block_size, keep_float=float_modules)
+    weights = outside_composites(exported_program)
+    if isinstance(scheme, Scheme):
+        embeddings = [layer for layer in _embedding_readers(exported_program, weights) if layer in modules]
+        config = quantizer_config(scheme, keep_float=float_modules, embeddings=embeddings)
+    else:
+        config = scheme
     if config.execution_mode.value != "graph":
         raise QuantizationError("quantize needs a graph-mode QuantizerConfig (ExecutionMode.GRAPH)")
-    weights = _weights_outside_composites(exported_program)
     _check_config(config, model, exported_program)
 
     # coreai-opt runs the model once to set up its observers, writing any KV cache in place (the
@@ -146,7 +214,7 @@ def quantize(
     except ValueError as error:
         if "no fake quantization nodes" not in str(error):
             raise
-        _raise_unquantized([w for w in weights.values() if not _kept(w, keep_float)], error)
+        _raise_unquantized([w for w in weights.values() if not w.is_kept(keep_float)], error)
     with torch.no_grad():
         for name, buffer in [*model.named_buffers(), *finalized.named_buffers()]:
             if name in initial:
@@ -155,9 +223,48 @@ def quantize(
         quantized = torch.export.export(finalized, example_inputs, dynamic_shapes=dynamic_shapes).run_decompositions(decompositions)
 
     _check_weights_quantized(quantized, weights, keep_float)
-    _check_call_sites(exported_program, quantized, records)
-    logger.info("quantized %d weight(s) (%s)", _decompressed_weights(quantized), scheme if isinstance(scheme, str) else "custom config")
+    check_call_sites(exported_program, quantized, records)
+    logger.info("quantized %d weight(s) (%s)", _decompressed_weights(quantized), getattr(scheme, "name", "custom config"))
     return quantized
+
+
+def check_model(
+    model: torch.nn.Module,
+    scheme: str | Scheme,
+    *,
+    keep_float: Sequence[str] = (),
+    planned: Sequence[schemes.Planned] = (),
+) -> None:
+    """Before any export: raise naming every weight of ``model`` the scheme cannot store, and the ways out.
+
+    The weights are those of its Linear, convolution and embedding modules,
+    those a module storing its own says it stores (``module.planned(scheme,
+    path)``, a list of :class:`~.schemes.Planned`: MoE experts), and
+    ``planned``.  Works on a meta-device model (shapes only).  A Linear whose
+    weight is an embedding's (a tied lm_head) takes the embedding's form.
+    """
+    found = schemes.scheme(scheme)
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    names: dict[int, list[str]] = {}
+    tensors = {}
+    weights = list(planned)
+    for layer, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, _STORED) and isinstance(weight, torch.Tensor):
+            names.setdefault(id(weight), []).append(layer)
+            tensors[id(weight)] = weight
+        elif callable(getattr(module, "planned", None)) and not is_kept(layer, layer, keep_float):
+            weights += module.planned(found, layer)
+    for key, layers in names.items():
+        if any(is_kept(f"{layer}.weight", layer, keep_float) for layer in layers):
+            continue
+        form = found.embedding if key in embedded else found.linear
+        weights.append(schemes.Planned(f"{layers[0]}.weight", layers[0], tuple(tensors[key].shape), form))
+    schemes.check_fits(weights, found.name)
+
+
+#: Modules whose weight every scheme stores.
+_STORED = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
 
 
 # ---------------------------------------------------------------- checks
@@ -171,43 +278,29 @@ def _has_symbolic_inputs(exported_program: ExportedProgram) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class _Weight:
-    name: str  # parameter FQN
-    layer: str  # the module holding it
-    ops: tuple[str, ...]  # what consumes it outside composites
+def _embedding_readers(exported_program: ExportedProgram, weights: dict[str, Weight]) -> list[str]:
+    """Module paths of every op reading an embedding table (the embedding, and a lm_head tied to it)."""
+    users = parameter_users(exported_program)
+    layers = []
+    for name, weight in weights.items():
+        if weight.is_embedding:
+            layers += [_module_path(node) for alias in (name, *weight.aliases) for node in users[alias] if not is_composite(node)]
+    return sorted({layer for layer in layers if layer})
 
 
-def _op_label(node: torch.fx.Node) -> str:
-    return getattr(node.target, "__name__", str(node.target))
+def _module_path(node: torch.fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack") or {}
+    return next(reversed(stack.values()))[0] if stack else ""
 
 
-def _is_composite(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and externalized_op_name(node.target) is not None
-
-
-def _parameter_users(exported_program: ExportedProgram, min_dim: int = 2) -> dict[str, list[torch.fx.Node]]:
-    """``{parameter FQN: the nodes reading it}`` for every floating parameter of ``min_dim``+ dims."""
-    placeholders = {node.name: node for node in exported_program.graph.nodes if node.op == "placeholder"}
-    users = {}
-    for spec in exported_program.graph_signature.input_specs:
-        if spec.kind != torch.export.graph_signature.InputKind.PARAMETER:
-            continue
-        value = exported_program.state_dict.get(spec.target)
-        if value is None or not value.is_floating_point() or value.dim() < min_dim or value.numel() == 0:
-            continue
-        users[spec.target] = list(placeholders[spec.arg.name].users)
-    return users
-
-
-def _weights_outside_composites(exported_program: ExportedProgram) -> dict[str, _Weight]:
-    """Floating weights some op outside a composite reads: what quantization is for."""
-    weights = {}
-    for name, nodes in _parameter_users(exported_program).items():
-        outside = tuple(sorted({_op_label(n) for n in nodes if not _is_composite(n)}))
-        if outside:
-            weights[name] = _Weight(name, name.rpartition(".")[0], outside)
-    return weights
+def _check_int_shapes(exported_program: ExportedProgram, scheme: Scheme, keep_float: Sequence[str]) -> None:
+    """Every weight coreai-opt will quantize fits the scheme's form (int4 blocks divide its input channels)."""
+    planned = [
+        schemes.Planned(w.name, w.layer, w.shape, scheme.embedding if w.is_embedding else scheme.linear)
+        for w in outside_composites(exported_program).values()
+        if not w.is_kept(keep_float)
+    ]
+    schemes.check_fits(planned, scheme.name)
 
 
 def _composite_of(node: torch.fx.Node) -> str:
@@ -226,7 +319,7 @@ def _check_config(config: Any, model: torch.nn.Module, exported_program: Exporte
             "module_name_configs, or set op_type_config (e.g. 'linear') in global_config."
         )
     names = [name for name, _ in model.named_modules() if name]
-    users = _parameter_users(exported_program, min_dim=1)
+    users = parameter_users(exported_program, min_dim=1)
     for key, module_config in (config.module_name_configs or {}).items():
         pattern = re.compile(re.escape(key) if key in names else key)
         matched = [name for name in names if pattern.fullmatch(name)]
@@ -240,7 +333,7 @@ def _check_config(config: Any, model: torch.nn.Module, exported_program: Exporte
         for name in matched:
             params = {p: nodes for p, nodes in users.items() if p.startswith(name + ".")}
             readers = [n for nodes in params.values() for n in nodes]
-            if params and all(_is_composite(n) for n in readers):
+            if readers and all(is_composite(n) for n in readers):
                 raise QuantizationError(
                     f"the quantization config asks for layer {name!r}, which is inside the composite "
                     f"{_composite_of(readers[0])}: coreai-opt cannot quantize inside a composite body. "
@@ -248,20 +341,16 @@ def _check_config(config: Any, model: torch.nn.Module, exported_program: Exporte
                 )
 
 
-def _kept(weight: _Weight, keep_float: Sequence[str]) -> bool:
-    return any(k in (weight.name, weight.layer) or weight.layer.startswith(k + ".") for k in keep_float)
-
-
-def _check_weights_quantized(quantized: ExportedProgram, weights: dict[str, _Weight], keep_float: Sequence[str]) -> None:
+def _check_weights_quantized(quantized: ExportedProgram, weights: dict[str, Weight], keep_float: Sequence[str]) -> None:
     """Every weight that was outside the composites is now read through a decompression op."""
-    still_float = _parameter_users(quantized)
+    still_float = parameter_users(quantized)
     _raise_unquantized([
         w for name, w in weights.items()
-        if any(not _is_composite(n) for n in still_float.get(name, ())) and not _kept(w, keep_float)
+        if any(not is_composite(n) for alias in (name, *w.aliases) for n in still_float.get(alias, ())) and not w.is_kept(keep_float)
     ])
 
 
-def _raise_unquantized(missed: list[_Weight], cause: Exception | None = None) -> None:
+def _raise_unquantized(missed: list[Weight], cause: Exception | None = None) -> None:
     if not missed:
         if cause is not None:
             raise QuantizationError("nothing to quantize: every weight outside the composites is in keep_float") from cause
@@ -272,11 +361,12 @@ def _raise_unquantized(missed: list[_Weight], cause: Exception | None = None) ->
         "Conv and Embedding layers exported as aten.linear / aten.conv / aten.embedding "
         "(quantize before run_decompositions, which turns linear into mm), and skips "
         "layers whose shape does not fit the scheme (int4 needs input channels divisible by the "
-        f"block size). Pass keep_float=[{', '.join(repr(w.layer or w.name) for w in missed)}] to keep them float."
+        f"block size). Pass keep_float=[{', '.join(repr(w.layer or w.name) for w in missed)}] to keep them float, "
+        "or use a palettize scheme, which stores any weight."
     ) from cause
 
 
-def _check_call_sites(before: ExportedProgram, after: ExportedProgram, records: Sequence[Any] | None) -> None:
+def check_call_sites(before: ExportedProgram, after: ExportedProgram, records: Sequence[Any] | None) -> None:
     """Quantization kept every composite call site, and the records still pair with them."""
     counts_before = {op: len(n) for op, n in call_sites_by_op(before.graph).items()}
     counts_after = {op: len(n) for op, n in call_sites_by_op(after.graph).items()}

@@ -11,9 +11,13 @@ the recipe's options and :func:`coreai_partitioner.save_pte` write:
 
 * ``FP32``, ``FP16``: the model's floating weights and sample in that dtype
   (``lower(model, sample, dtype=torch.float16)``; the model is left as it is);
-* ``INT8_WEIGHT_ONLY``, ``INT4_WEIGHT_ONLY``: weights outside the composites
-  quantized by :func:`coreai_partitioner.quantize.quantize`
-  (``lower(model, sample, quantize="int8")``; coreai-opt, the ``quantize`` extra).
+* ``INT8_WEIGHT_ONLY``, ``INT4_WEIGHT_ONLY``, ``INT4_CHANNEL_WEIGHT_ONLY``,
+  ``PALETTIZE4_WEIGHT_ONLY``, ``PALETTIZE8_WEIGHT_ONLY``,
+  ``PALETTIZE4_MIXED_WEIGHT_ONLY``: weights outside the composites stored
+  compressed by :func:`coreai_partitioner.quantize.quantize`
+  (``lower(model, sample, quantize="int8")``, ``"int4"``, ``"int4-channel"``,
+  ``"palettize4"``, ``"palettize8"``, ``"palettize4-mixed"``; the int ones
+  need coreai-opt, the ``quantize`` extra).
 
 ``ExportRecipe.get_recipe(recipe_type, **options)`` takes ``lower``'s
 options: ``specs``, ``dtype`` (for the quantized recipes), ``keep_float``,
@@ -72,6 +76,10 @@ class CoreAICompositeRecipeType(RecipeType):
     FP16 = "coreai_composite_fp16"
     INT8_WEIGHT_ONLY = "coreai_composite_int8_weight_only"
     INT4_WEIGHT_ONLY = "coreai_composite_int4_weight_only"
+    INT4_CHANNEL_WEIGHT_ONLY = "coreai_composite_int4_channel_weight_only"
+    PALETTIZE4_WEIGHT_ONLY = "coreai_composite_palettize4_weight_only"
+    PALETTIZE8_WEIGHT_ONLY = "coreai_composite_palettize8_weight_only"
+    PALETTIZE4_MIXED_WEIGHT_ONLY = "coreai_composite_palettize4_mixed_weight_only"
 
     @classmethod
     def get_backend_name(cls) -> str:
@@ -84,6 +92,10 @@ _EXPORT_OPTIONS = {
     CoreAICompositeRecipeType.FP16: {"dtype": torch.float16},
     CoreAICompositeRecipeType.INT8_WEIGHT_ONLY: {"quantize": "int8"},
     CoreAICompositeRecipeType.INT4_WEIGHT_ONLY: {"quantize": "int4"},
+    CoreAICompositeRecipeType.INT4_CHANNEL_WEIGHT_ONLY: {"quantize": "int4-channel"},
+    CoreAICompositeRecipeType.PALETTIZE4_WEIGHT_ONLY: {"quantize": "palettize4"},
+    CoreAICompositeRecipeType.PALETTIZE8_WEIGHT_ONLY: {"quantize": "palettize8"},
+    CoreAICompositeRecipeType.PALETTIZE4_MIXED_WEIGHT_ONLY: {"quantize": "palettize4-mixed"},
 }
 _EXPORT_KEYS = ("specs", "dtype", "keep_float")
 

@@ -39,7 +39,7 @@ console.quiet_dependencies()
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from coreai_partitioner import llm, verify  # noqa: E402
+from coreai_partitioner import llm, schemes, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai import debug_info  # noqa: E402
 from coreai_partitioner.llm import text, tokenizer  # noqa: E402
 from coreai_partitioner.pte import read_pte  # noqa: E402
@@ -183,8 +183,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--full-logits", action="store_true", help="forward returns every position's logits")
     parser.add_argument(
         "--quantize",
-        choices=("int8", "int4"),
-        help="weight-only, with coreai-opt: int8 per channel, int4 in blocks of 32; composites stay float",
+        choices=tuple(schemes.SCHEMES),
+        help="weight-only: int8, int4 (blocks of 32), int4-channel (coreai-opt), palettize4/palettize8 (k-means "
+        "look-up tables per 32 output channels), palettize4-mixed; embeddings 8-bit under int4 and int4-channel; "
+        "composites stay float",
+    )
+    parser.add_argument(
+        "--keep-float", nargs="+", default=[], metavar="LAYER",
+        help="layers --quantize leaves in floating point (decoder module paths, e.g. lm_head layers.0.mlp.down)",
     )
     parser.add_argument(
         "--debug-info", choices=debug_info.LEVELS, default=debug_info.DEFAULT,
@@ -201,7 +207,20 @@ def parse_args() -> argparse.Namespace:
 
 
 #: Errors that say what is wrong with the command's input: one line each, no traceback.
-INPUT_ERRORS = (llm.UnsupportedModel, llm.UnsupportedConfig, llm.UnsupportedShapes, tokenizer.TokenizerError)
+INPUT_ERRORS = (
+    llm.UnsupportedModel, llm.UnsupportedConfig, llm.UnsupportedShapes, tokenizer.TokenizerError, schemes.QuantizationError
+)
+
+
+def check_quantize(args: argparse.Namespace, config, shapes: llm.DecoderShapes) -> None:
+    """``--quantize`` can store every weight: checked on the meta device, before any weight is loaded."""
+    from transformers import AutoModelForCausalLM
+
+    from coreai_partitioner.quantize import check_model
+
+    with torch.device("meta"):
+        decoder = llm.adapt(AutoModelForCausalLM.from_config(config), shapes, full_logits=args.full_logits)
+    check_model(decoder, args.quantize, keep_float=args.keep_float)
 
 
 def main() -> None:
@@ -214,6 +233,10 @@ def main() -> None:
         fail(f"--num-layers {args.num_layers}: give at least 1")
     try:
         config = model_config(args)
+        if args.quantize:
+            check_quantize(args, config, shapes)
+        elif args.keep_float:
+            fail("--keep-float names layers --quantize leaves float; give --quantize too")
         found = choose_tokenizer(args)
         if args.generate is not None and args.checkpoint and found is None:
             fail("--generate needs a tokenizer, and this export has none")
@@ -249,6 +272,7 @@ def export(args: argparse.Namespace, config, shapes: llm.DecoderShapes, found, p
             shapes,
             full_logits=args.full_logits,
             quantize=args.quantize,
+            keep_float=args.keep_float,
             quantized_reference=quantized,
             debug_info=args.debug_info,
         )

@@ -23,7 +23,10 @@ def test_the_recipes_register_under_their_own_backend_name_beside_upstreams_core
 @pytest.mark.parametrize(
     "recipe, options",
     [(Recipe.FP32, {"dtype": torch.float32}), (Recipe.FP16, {"dtype": torch.float16}),
-     (Recipe.INT8_WEIGHT_ONLY, {"quantize": "int8"}), (Recipe.INT4_WEIGHT_ONLY, {"quantize": "int4"})],
+     (Recipe.INT8_WEIGHT_ONLY, {"quantize": "int8"}), (Recipe.INT4_WEIGHT_ONLY, {"quantize": "int4"}),
+     (Recipe.INT4_CHANNEL_WEIGHT_ONLY, {"quantize": "int4-channel"}), (Recipe.PALETTIZE4_WEIGHT_ONLY, {"quantize": "palettize4"}),
+     (Recipe.PALETTIZE8_WEIGHT_ONLY, {"quantize": "palettize8"}),
+     (Recipe.PALETTIZE4_MIXED_WEIGHT_ONLY, {"quantize": "palettize4-mixed"})],
 )
 def test_each_recipe_exports_with_its_own_dtype_or_scheme_and_lowers_with_the_given_options(recipe, options):
     built = ExportRecipe.get_recipe(recipe, min_deployment_version="27", keep_float=["head"])
@@ -77,6 +80,7 @@ EQUIVALENT = {
     Recipe.FP16: {"dtype": torch.float16},
     Recipe.INT8_WEIGHT_ONLY: {"quantize": "int8"},
     Recipe.INT4_WEIGHT_ONLY: {"quantize": "int4"},
+    Recipe.PALETTIZE4_WEIGHT_ONLY: {"quantize": "palettize4"},
 }
 
 

@@ -20,10 +20,12 @@ prompt longer than the window is still one call.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -538,30 +540,6 @@ class GatedMLP(nn.Module):
 ROUTINGS = ("softmax_topk", "softmax_topk_renorm", "topk_softmax")
 
 
-def quantize_weight(weight: torch.Tensor, scheme: str, *, input_axis: int, block_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(int8 data, scale)`` of ``weight`` quantized symmetrically: per output channel (int8) or per
-    ``block_size`` along ``input_axis`` (int4, values in [-8, 7]); ``scale`` has ``weight``'s rank.
-
-    An input width ``block_size`` does not divide is quantized in blocks of
-    their greatest common divisor.
-    """
-    if scheme not in ("int8", "int4"):
-        raise ValueError(f"no quantization scheme named {scheme!r}; choose int8 or int4")
-    levels = 127 if scheme == "int8" else 7
-    w = weight.float()
-    if scheme == "int8":
-        amax = w.abs().amax(dim=input_axis, keepdim=True)
-    else:
-        size = w.shape[input_axis]
-        block_size = math.gcd(size, block_size)
-        blocks = w.unflatten(input_axis, (size // block_size, block_size))
-        amax = blocks.abs().amax(dim=input_axis + 1)
-    scale = (amax / levels).clamp(min=torch.finfo(torch.float32).tiny)
-    expanded = scale if scheme == "int8" else scale.repeat_interleave(block_size, dim=input_axis)
-    data = torch.clamp(torch.round(w / expanded), -levels - 1, levels).to(torch.int8)
-    return data, scale
-
-
 class MoE(nn.Module):
     """Routed experts through the ``gather_mm`` composite: every token's top-k experts, no loop, no data-dependent shape.
 
@@ -609,35 +587,61 @@ class MoE(nn.Module):
         self.shared, self.shared_gate = shared, shared_gate
         self.gather_up = GatherMM(num_batch_axes=0)
         self.gather_down = GatherMM(num_batch_axes=0)
-        self.quantized: str | None = None
+        #: ``{expert tensor name: its Form}`` once :meth:`quantize_experts` stored them compressed.
+        self.forms: dict[str, Any] = {}
 
-    def quantize_experts(self, scheme: str, block_size: int = 32) -> None:
-        """Store the experts weight-only quantized, as coreai-opt stores a Linear's (``scheme`` int8 or int4).
+    def planned(self, scheme: Any, path: str) -> list[Any]:
+        """The expert tensors ``scheme`` stores (:class:`~coreai_partitioner.schemes.Planned`), named under ``path``.
 
-        int8: one scale per output channel; int4: one per ``block_size``
-        input channels; symmetric.  Each expert tensor becomes an integer
-        buffer and its scales, expanded by ``coreai::constexpr_blockwise_shift_scale``
-        (what the Core AI asset keeps compressed); the model's own float
-        parameters are left as they were, and no longer read.
+        Their output channels are axis 1 of ``[E, out, in]`` (GPT-OSS's
+        ``[E, in, out]`` is clustered transposed).  int4 blocks are of 32 or of
+        the largest common divisor of the input width.
         """
-        inputs = 1 if self.transposed else 2  # [E, in, out] or [E, out, in]
+        from ..schemes import Planned, scheme as scheme_of
+
+        found = scheme_of(scheme)
+        planned = []
         for name in ("gate_up", "down"):
+            weight = getattr(self, name)
+            shape = (weight.shape[0], weight.shape[2], weight.shape[1]) if self.transposed else tuple(weight.shape)
+            form = found.linear
+            if form.kind == "int" and form.size is not None:
+                form = dataclasses.replace(form, size=math.gcd(shape[2], form.size))
+            planned.append(Planned(f"{path}.{name}", path, shape, form, axis=1))
+        return planned
+
+    def quantize_experts(self, scheme: Any, path: str = "") -> None:
+        """Store the experts compressed as ``scheme`` stores a Linear's weight (:meth:`planned`).
+
+        Each expert tensor becomes the buffers of its
+        :class:`~coreai_partitioner.weight_forms.Compressed` form, expanded in
+        ``forward`` by its Core AI constexpr op (what the asset keeps
+        compressed): per expert, int8/int4 with scales, or a look-up table per
+        group of output channels.  The model's own float parameters are left
+        as they were, and no longer read.
+        """
+        from ..weight_forms import compress
+
+        for entry in self.planned(scheme, path):
+            name = entry.name.rpartition(".")[2]
             weight = getattr(self, name).detach()
-            data, scale = quantize_weight(weight, scheme, input_axis=inputs, block_size=block_size)
-            self.register_buffer(f"{name}_quantized", data)
-            self.register_buffer(f"{name}_scale", scale.to(weight.dtype))
+            compressed = compress(weight.transpose(1, 2) if self.transposed else weight, entry.form, axis=1)
+            if self.transposed:
+                compressed = compressed.transpose(1, 2)
+            for key, tensor in compressed.buffers.items():
+                self.register_buffer(f"{name}_{key}", tensor)
+            self.forms[name] = compressed.form
             setattr(self, name, None)
-        self.quantized = scheme
 
     def _experts(self, name: str) -> torch.Tensor:
-        if self.quantized is None:
+        if name not in self.forms:
             return getattr(self, name)
-        from coreai_torch._compression import custom_layers  # noqa: F401 - registers the coreai ops
+        from ..weight_forms import Compressed
 
-        bits = torch.int4 if self.quantized == "int4" else torch.int8
-        return torch.ops.coreai.constexpr_blockwise_shift_scale(
-            getattr(self, f"{name}_quantized"), getattr(self, f"{name}_scale"), None, None, bits
-        )
+        keys = ("indices", "lut") if self.forms[name].kind == "lut" else ("quantized", "scale")
+        buffers = {key: getattr(self, f"{name}_{key}") for key in keys}
+        op, args = Compressed(self.forms[name], buffers).call()
+        return op(*args)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` [N, H] -> the weights [N, k] and int32 indices [N, k] of each token's experts."""

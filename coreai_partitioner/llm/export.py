@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,7 +138,8 @@ def export_decoder(
     shapes: DecoderShapes,
     *,
     full_logits: bool = False,
-    quantize: str | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
     decompositions: dict | None = None,
     decoder: Decoder | None = None,
     length: int | None = None,
@@ -151,17 +153,20 @@ def export_decoder(
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
-    enumerated ``T = 1`` needs it).  ``quantize`` (``"int8"`` or ``"int4"``) quantizes the weights outside the
-    composites with coreai-opt (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE
-    layers the same way (:meth:`~.blocks.MoE.quantize_experts`), stored compressed; routers stay float.
+    enumerated ``T = 1`` needs it).  ``quantize`` (a scheme of
+    :data:`coreai_partitioner.schemes.SCHEMES`) stores the weights outside the composites compressed
+    (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
+    (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
+    names.  Every shape is checked against the scheme before any work.
 
-    With ``decompositions`` (and no ``quantize``, which needs ``torch.export``'s
+    With ``decompositions`` (and no coreai-opt scheme, which needs ``torch.export``'s
     own IR) the decoder is traced straight to functional ATen IR with that
     table (:func:`~coreai_partitioner._compat.export_decomposed`: one trace
     where export then ``run_decompositions`` make two).
     """
     from .. import default_specs, externalize_modules
     from ..passes import remove_noop_expands
+    from ..quantize import uses_coreai_opt
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     exported: nn.Module = decoder
@@ -180,24 +185,32 @@ def export_decoder(
 
     def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
         with torch.no_grad(), preserve():
-            if decompositions is not None and not quantize:
+            if decompositions is not None and not (quantize and uses_coreai_opt(quantize)):
                 return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
             return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
 
     routers = []
-    if quantize:  # coreai-opt quantizes Linear layers; the experts feed gather_mm, so they are quantized here
+    if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
+        from ..program_weights import is_kept
+        from ..quantize import check_model
         from .blocks import MoE
 
-        for path, module in exported.named_modules():
-            if isinstance(module, MoE):
-                if module.quantized is None:  # the device form exports the decoder once per method
-                    module.quantize_experts(quantize)
-                routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
+        experts = {p: m for p, m in decoder.named_modules() if isinstance(m, MoE) and not is_kept(p, p, keep_float)}
+        check_model(decoder, quantize, keep_float=keep_float)
+        for path, module in experts.items():
+            if not module.forms:  # the device form exports the decoder once per method
+                module.quantize_experts(quantize, path)
+            routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
     program, records = externalize_modules(exported, default_specs(), export_fn=export_fn)
+    # The program names the decoder's weights from the exported module: the device form's wraps it.
+    prefix = "" if exported is decoder else "decoder."
     if quantize:
         from ..quantize import quantize as quantize_program
 
-        program = quantize_program(program, quantize, records=records, dynamic_shapes=dynamic_shapes, keep_float=routers)
+        program = quantize_program(
+            program, quantize, records=records, dynamic_shapes=dynamic_shapes,
+            keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
+        )
     for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
         remove_noop_expands(graph_module)
     return program, records
@@ -232,7 +245,8 @@ def lower_decoder(
     shapes: DecoderShapes,
     *,
     full_logits: bool = False,
-    quantize: str | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
     quantized_reference: list | None = None,
     decoder: Decoder | None = None,
     target: str | None = None,
@@ -247,7 +261,8 @@ def lower_decoder(
     ``T`` (1 and the chunk) over one copy of the weights.  ``quantize`` is
     :func:`export_decoder`'s; a list passed as ``quantized_reference``
     receives the quantized program's eager module (taken before lowering,
-    which takes over the program's constants), to check the ``.pte`` against.
+    which takes over the program's constants), to check the ``.pte`` against; ``keep_float``
+    names layers left float (module paths of the decoder, e.g. ``lm_head``, ``layers.0.mlp.down``).
     Lowers with :func:`~coreai_partitioner.whole_program.lower_whole_program`
     (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
     whose ``.to_executorch()`` gives the ``.pte``.
@@ -266,11 +281,13 @@ def lower_decoder(
         shapes = dataclasses.replace(shapes, target=target)
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     if shapes.device:
-        return _lower_device(model, shapes, decoder, quantize, quantized_reference, graph_breaks, partitioner_options)
+        return _lower_device(
+            model, shapes, decoder, quantize, keep_float, quantized_reference, graph_breaks, partitioner_options
+        )
     if graph_breaks is not None:
         raise ValueError("graph breaks are the device form's (target='device'); the host form is one delegate")
     program, records = export_decoder(
-        model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder
+        model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(), decoder=decoder
     )
     if quantize and quantized_reference is not None:
         quantized_reference.append(program.module())
@@ -292,7 +309,8 @@ def _lower_device(
     model: nn.Module,
     shapes: DecoderShapes,
     decoder: Decoder,
-    quantize: str | None,
+    quantize: Any,
+    keep_float: Sequence[str],
     quantized_reference: list | None,
     graph_breaks: int | None,
     partitioner_options: dict[str, Any],
@@ -312,8 +330,8 @@ def _lower_device(
     methods = {}
     for method, length in shapes.methods().items():
         program, records = export_decoder(
-            model, shapes, quantize=quantize, decompositions=decomposition_table(), decoder=decoder, length=length,
-            layers_per_delegate=graph_breaks,
+            model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
+            decoder=decoder, length=length, layers_per_delegate=graph_breaks,
         )
         if quantize and quantized_reference is not None and method == "forward":
             quantized_reference.append(program.module())

@@ -174,3 +174,25 @@ def test_graph_breaks_are_refused_where_they_cannot_be_honoured():
         llm.lower_decoder(tiny("gemma4_text"), SHAPES, graph_breaks=1)
     with pytest.raises(ValueError, match="graph breaks are the device form's"):
         llm.lower_decoder(tiny("llama"), llm.DecoderShapes(max_context_len=32, prefill_chunk=4), graph_breaks=1)
+
+
+@pytest.mark.slow
+def test_device_pte_stores_palettized_weights_once_and_generates_the_quantized_models_tokens(tmp_path):
+    model = wider("llama", hidden_size=256, intermediate_size=512, vocab_size=1024)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    reference: list = []
+    path = save_pte(llm.lower_decoder(model, SHAPES, quantize="palettize4", quantized_reference=reference), tmp_path / "model.pte")
+    assert_device_contract(path)
+    assert read_pte(path).size <= 0.30 * weights / 2, (read_pte(path).size, weights)  # <= 0.30x fp16: stored once
+    start = prompt_tokens(PROMPT)[0].tolist()
+    eager = llm.reset_state(reference[0])  # the quantized program's eager module, fed as the runner feeds it
+    tokens, position = list(start), 0
+    with torch.no_grad():
+        for token in start:
+            logits = eager(torch.tensor([[token]]), torch.tensor([position]))
+            position += 1
+        for _ in range(8):
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([position]))
+            position += 1
+    assert llm.greedy_decode(path, start, 8, SHAPES, eos_ids=()) == tokens

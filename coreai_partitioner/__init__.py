@@ -83,21 +83,6 @@ __all__ = [
 del _compat
 
 
-def _keep_moved_module_paths() -> None:
-    """The runtime's Python half lives beside its C++ half now; its old module paths name the same modules."""
-    import importlib
-    import sys
-
-    moved = {"host_runtime": "host", "runtime": "loaded_asset", "pte": "pte", "assets": "asset_ir"}
-    for old, new in moved.items():
-        module = importlib.import_module(f"{__name__}.backends.apple_coreai.runtime.{new}")
-        sys.modules[f"{__name__}.{old}"] = module
-        globals()[old] = module
-
-
-_keep_moved_module_paths()
-
-
 def __getattr__(name: str):
     # coreai_partitioner.llm needs transformers (the hf extra) to adapt a model; import it on first use.
     if name == "llm":

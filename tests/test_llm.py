@@ -23,8 +23,8 @@ from coreai_partitioner import get_default_compile_config, llm, verify  # noqa: 
 from coreai_partitioner.llm import blocks  # noqa: E402
 from coreai_partitioner.op_support import OperatorSupport  # noqa: E402
 from coreai_partitioner.passes import NarrowToCoreAIDtypes, remove_noop_expands  # noqa: E402
-from coreai_partitioner.pte import read_pte  # noqa: E402
-from coreai_partitioner.runtime import LoadedAsset  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
 ENUMERATED = llm.DecoderShapes(max_context_len=32, prefill_chunk=8, mode="enumerated")

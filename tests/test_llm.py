@@ -191,6 +191,11 @@ def test_adapted_decoder_prefill_then_decode_equals_hf_eager():
     torch.testing.assert_close(step, expected[:, 5:], rtol=1e-4, atol=1e-5)
 
 
+def test_an_adapted_decoder_moves_to_another_dtype_as_any_module_does():
+    decoder = llm.adapt(tiny("llama"), SHAPES).to(torch.float16)  # nn.Module.to goes through every block's _apply
+    assert {p.dtype for p in decoder.parameters()} == {torch.float16}
+
+
 def test_forward_returns_the_last_positions_logits_by_default():
     model = tiny("llama")
     tokens = prompt_tokens(6)

@@ -2,7 +2,8 @@
 
 Keeping them in one module means the next release of any of those packages
 touches this file (and :mod:`coreai_partitioner._upstream`, the code mirrored
-from them) only.  Pinned: torch 2.13.0, executorch 1.5.1, coreai-torch 0.4.3,
+from them) only; ``tests/test_private_names.py`` holds every other module to
+it.  Pinned: torch 2.13.0, executorch 1.5.1, coreai-torch 0.4.3,
 coreai-core 1.0.0b3.
 
 Importing this module imports torch, coreai-torch and coreai-core, never
@@ -44,6 +45,7 @@ from coreai_torch.externalize import _PreparedModules as PreparedModules
 from coreai_torch.externalize import _restore_externalized as restore_externalized
 from coreai_torch.externalize import _torch_export_module as torch_export_module
 from torch._guards import detect_fake_mode
+from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten
 
@@ -51,6 +53,12 @@ from torch.utils._pytree import tree_flatten
 #: (:func:`coreai_partitioner.console.quiet_dependencies`): torch's pytree notices while torchao
 #: imports, torch.export's internals while a model exports.
 PRIVATE_LOGGERS = {"torch.utils._pytree": logging.ERROR, "torch._export": logging.ERROR}
+
+#: Attributes coreai-torch stamps on a submodule it patches for externalization, by prefix.
+EXTERNALIZE_ATTR_PREFIXES = ("_externalize", "_original_forward")
+
+#: coreai-torch's composite classes live in private modules named after the composite, but for SDPA's.
+_COMPOSITE_NAME_OVERRIDES = {"_sdpa": "scaled_dot_product_attention"}
 
 _APPLE = "executorch.backends.apple.coreai"
 _PREPROCESS = f"{_APPLE}.compiler.preprocess"
@@ -185,6 +193,14 @@ def export_decomposed(
         _trace._export_to_aten_ir = to_aten
 
 
+def compression_ops() -> Any:
+    """``torch.ops.coreai``, with coreai-torch's compression ops (``lut_to_dense``,
+    ``constexpr_blockwise_shift_scale``) registered: they live in its private ``_compression``."""
+    from coreai_torch._compression import custom_layers  # noqa: F401 - registers the ops
+
+    return torch.ops.coreai
+
+
 def unverified_compile_config() -> Any:
     """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
     config = _executorch("get_default_compile_config")()
@@ -195,6 +211,48 @@ def unverified_compile_config() -> Any:
 def aten_op(target: Any) -> Any:
     """The ATen overload behind an edge-dialect op (``target`` itself otherwise)."""
     return target._op if isinstance(target, _executorch("EdgeOpOverload")) else target
+
+
+def op_schema(target: Any) -> Any:
+    """The ``FunctionSchema`` of an op overload (ATen or edge), or None for a target that has none."""
+    return getattr(target, "_schema", None)
+
+
+def composite_op_name(cls: type) -> str:
+    """The Core AI composite name of a ``coreai_torch.composite_ops`` class: its private module's name."""
+    module = cls.__module__.rsplit(".", 1)[-1]
+    return _COMPOSITE_NAME_OVERRIDES.get(module, module.lstrip("_"))
+
+
+def set_backend_id(lowered: Any, backend_id: str) -> None:
+    """Give an ExecuTorch ``LoweredBackendModule`` another backend id (it has no setter)."""
+    lowered._backend_id = backend_id
+
+
+def backing_file(data: Any) -> str:
+    """The path an ExecuTorch ``FileBackedData`` reads from."""
+    return data._path
+
+
+class TorchConverterBase(TorchConverter):
+    """coreai-torch's ``TorchConverter`` with the two private parts this project uses as public methods.
+
+    :meth:`add_program` hands coreai-torch a program's externalized records
+    (``add_exported_program``'s private ``_externalized_exported_programs``);
+    a subclass's :meth:`constant` may make a weight constant itself, where
+    coreai-torch makes each in its private ``_constant_from_tensor``.
+    """
+
+    def add_program(self, program: Any, entrypoint_name: str, records: list | None) -> None:
+        self.add_exported_program(program, entrypoint_name=entrypoint_name, _externalized_exported_programs=records)
+
+    def constant(self, tensor: torch.Tensor, location: Any) -> Any:
+        """The MLIR value of a weight constant, at ``location``; None leaves it coreai-torch's."""
+        return None
+
+    def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
+        made = self.constant(tensor, self._location)
+        return super()._constant_from_tensor(tensor) if made is None else made
 
 
 def base_compile_specs(partitioner: Any) -> list:

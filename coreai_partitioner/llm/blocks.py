@@ -30,6 +30,8 @@ from torch import nn
 
 from coreai_torch.composite_ops import SDPA, GatedDeltaUpdate, GatherMM, RMSNormImpl, RoPE
 
+from .. import _compat
+
 logger = logging.getLogger(__name__)
 
 def plain(path: str, reason: str) -> None:
@@ -632,10 +634,8 @@ class MoE(nn.Module):
     def _experts(self, name: str) -> torch.Tensor:
         if self.quantized is None:
             return getattr(self, name)
-        from coreai_torch._compression import custom_layers  # noqa: F401 - registers the coreai ops
-
         bits = torch.int4 if self.quantized == "int4" else torch.int8
-        return torch.ops.coreai.constexpr_blockwise_shift_scale(
+        return _compat.compression_ops().constexpr_blockwise_shift_scale(
             getattr(self, f"{name}_quantized"), getattr(self, f"{name}_scale"), None, None, bits
         )
 

@@ -1,4 +1,4 @@
-"""Every private name this project takes from coreai-torch, coreai-core, ExecuTorch, torch and transformers.
+"""Every private name this project takes from coreai-torch, coreai-core, ExecuTorch and torch.
 
 Keeping them in one module means the next release of any of those packages
 touches this file (and :mod:`coreai_partitioner._upstream`, the code mirrored
@@ -121,13 +121,6 @@ def _executorch(name: str) -> Any:
             found = getattr(found, attribute)
         globals()[name] = found
     return found
-
-
-def swap_attn_implementation(config: Any, implementation: str) -> str:
-    """Set a transformers config's attention implementation; returns the previous one."""
-    previous = config._attn_implementation
-    config._attn_implementation = implementation
-    return previous
 
 
 def annotate_nodes(annotation: dict) -> Any:

@@ -50,9 +50,9 @@ from coreai_partitioner import (  # noqa: E402
     externalize_modules,
     get_default_compile_config,
     get_default_passes,
-    host_runtime,
     verify,
 )
+from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_torch.composite_ops import RMSNorm  # noqa: E402

@@ -49,59 +49,54 @@ takes the whole graph, so it is decomposed once, partitioned and converted
 on ATen IR, and only the casts left around the delegate become edge dialect.
 """
 
-from . import console
+from __future__ import annotations
 
-console.quiet_imports()  # torchao and torch talk while executorch and coreai-opt are imported
+import importlib
+from typing import TYPE_CHECKING
 
-from . import _compat, verify  # noqa: E402
-from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config  # noqa: E402
-from .externalize import ExternalizedModules, externalize_modules  # noqa: E402
-from .lowering import export_with_composites, lower, lower_exported, save_pte  # noqa: E402
-from .backends.apple_coreai.runtime.host import load_runtime_backend  # noqa: E402
-from .partitioner import CoreAIPartitioner  # noqa: E402
-from .passes import get_default_passes  # noqa: E402
-from .specs import default_specs, spec_for  # noqa: E402
+# Importing the package imports nothing else: the public names below load on first use, so
+# ``coreai_partitioner.console`` can quiet the dependencies before a command imports them.  A
+# library user asks for the same with ``coreai_partitioner.console.quiet_dependencies()``.
+_PUBLIC = {
+    "CoreAIPartitioner": ".partitioner",
+    "ExternalizeSpec": "._compat",
+    "ExternalizedModules": ".externalize",
+    "default_specs": ".specs",
+    "do_not_delegate": "._compat",
+    "export_with_composites": ".lowering",
+    "externalize_modules": ".externalize",
+    "get_default_compile_config": "._compat",
+    "get_default_passes": ".passes",
+    "load_runtime_backend": ".backends.apple_coreai.runtime.host",
+    "lower": ".lowering",
+    "lower_exported": ".lowering",
+    "save_pte": ".lowering",
+    "spec_for": ".specs",
+}
 
-__all__ = [
-    "CoreAIPartitioner",
-    "verify",
-    "ExternalizeSpec",
-    "ExternalizedModules",
-    "default_specs",
-    "do_not_delegate",
-    "export_with_composites",
-    "externalize_modules",
-    "lower",
-    "lower_exported",
-    "save_pte",
-    "get_default_compile_config",
-    "get_default_passes",
-    "load_runtime_backend",
-    "spec_for",
-]
+__all__ = [*_PUBLIC, "verify"]
 
-del _compat
-
-
-def _keep_moved_module_paths() -> None:
-    """The runtime's Python half lives beside its C++ half now; its old module paths name the same modules."""
-    import importlib
-    import sys
-
-    moved = {"host_runtime": "host", "runtime": "loaded_asset", "pte": "pte", "assets": "asset_ir"}
-    for old, new in moved.items():
-        module = importlib.import_module(f"{__name__}.backends.apple_coreai.runtime.{new}")
-        sys.modules[f"{__name__}.{old}"] = module
-        globals()[old] = module
-
-
-_keep_moved_module_paths()
+if TYPE_CHECKING:
+    from . import llm, verify
+    from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config
+    from .backends.apple_coreai.runtime.host import load_runtime_backend
+    from .externalize import ExternalizedModules, externalize_modules
+    from .lowering import export_with_composites, lower, lower_exported, save_pte
+    from .partitioner import CoreAIPartitioner
+    from .passes import get_default_passes
+    from .specs import default_specs, spec_for
 
 
 def __getattr__(name: str):
-    # coreai_partitioner.llm needs transformers (the hf extra) to adapt a model; import it on first use.
-    if name == "llm":
-        import importlib
-
-        return importlib.import_module(".llm", __name__)
+    # ``llm`` needs transformers (the hf extra) to adapt a model; it, like every public name, loads on first use.
+    if name in ("llm", "verify"):
+        return importlib.import_module(f".{name}", __name__)
+    if name in _PUBLIC:
+        value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, "llm"})

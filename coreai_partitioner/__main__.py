@@ -1,3 +1,7 @@
-from .cli import main
+from .console import quiet_dependencies
+
+quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
+
+from .cli import main  # noqa: E402
 
 raise SystemExit(main())

@@ -2,12 +2,21 @@
 
 Keeping them in one module means the next release of any of those packages
 touches this file (and :mod:`coreai_partitioner._upstream`, the code mirrored
-from them) only.  Pinned: torch 2.13.0, executorch 1.5.1, coreai-torch 0.4.3,
+from them) only; ``tests/test_private_names.py`` holds every other module to
+it.  Pinned: torch 2.13.0, executorch 1.5.1, coreai-torch 0.4.3,
 coreai-core 1.0.0b3.
+
+Importing this module imports torch, coreai-torch and coreai-core, never
+ExecuTorch: ExecuTorch imports torchao, which logs at import, and
+:func:`coreai_partitioner.console.quiet_dependencies` reads
+:data:`PRIVATE_LOGGERS` here before anything logs.  ExecuTorch's names
+(:data:`_EXECUTORCH`) are imported on first use, as ``_compat.<name>``.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
 import warnings
 from typing import Any
 
@@ -35,64 +44,83 @@ from coreai_torch.externalize import _find_marked_submodules as find_marked_subm
 from coreai_torch.externalize import _PreparedModules as PreparedModules
 from coreai_torch.externalize import _restore_externalized as restore_externalized
 from coreai_torch.externalize import _torch_export_module as torch_export_module
-from executorch.backends.apple.coreai import get_default_compile_config, get_default_passes
-from executorch.backends.apple.coreai.compiler.enumerated_shapes import (
-    apply_enumerated_shapes as _apply_enumerated_shapes,
-    resolve_input_enumerations,
-)
-from executorch.backends.apple.coreai.compiler.io_compat import (
-    _edge_io as edge_io,
-    io_mismatches,
-)
-from executorch.backends.apple.coreai.compiler import preprocess as _upstream_preprocess
-from executorch.backends.apple.coreai.compiler.preprocess import (
-    _ASSET_ALIGNMENT as ASSET_ALIGNMENT,
-    COMPILE_SPEC_KEYS,
-    SIDECAR_DIR_ENV,
-    AssetPackaging,
-    _aot_compile_options as aot_compile_options,
-    _compiled_arch_bundles as compiled_arch_bundles,
-    _get_compile_spec as get_compile_spec,
-    _maybe_warn_sidecar_env_ignored as maybe_warn_sidecar_env_ignored,
-    _min_os_version as min_os_version,
-    _nds_key as named_data_key,
-    _os_version_text as os_version_text,
-    _reject_existing_asset_dir as reject_existing_asset_dir,
-)
-from executorch.backends.apple.coreai.partition.partitioner import (
-    DO_NOT_DELEGATE_TAG,
-    CoreAIPartitioner as UpstreamCoreAIPartitioner,
-    _node_tensor_vals as node_tensor_vals,
-    _OperatorsSupportedForCoreAIBackend as UpstreamOperatorSupport,
-    do_not_delegate,
-)
-from executorch.backends.apple.coreai.passes.replace_copy_ops import (
-    ReplaceCopyOpsWithFunctionalPass,
-)
-from executorch.exir._serialize._cord import FileBackedData
-from executorch.exir._serialize._named_data_store import NamedDataStore
-from executorch.exir._serialize._program import (
-    _flatbuffer_to_program,
-    _get_extended_header,
-    _restore_delegates,
-)
-from executorch.exir.dialects.edge._ops import EdgeOpOverload
-from executorch.exir.program._program import _generate_edge_program as aten_to_edge_program
-from executorch.exir.tracer import _default_decomposition_table as default_decomposition_table
-from executorch.export.stages import _add_delegation_info_context as add_delegation_info
-
-from executorch.backends.apple.coreai.partition.partitioner import is_coreai_supported_target
-from executorch.exir.dialects._ops import ops as edge_ops
 from torch._guards import detect_fake_mode
+from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten
 
+#: Loggers named after private modules of torch, and the level a command line holds them to
+#: (:func:`coreai_partitioner.console.quiet_dependencies`): torch's pytree notices while torchao
+#: imports, torch.export's internals while a model exports.
+PRIVATE_LOGGERS = {"torch.utils._pytree": logging.ERROR, "torch._export": logging.ERROR}
 
-def swap_attn_implementation(config: Any, implementation: str) -> str:
-    """Set a transformers config's attention implementation; returns the previous one."""
-    previous = config._attn_implementation
-    config._attn_implementation = implementation
-    return previous
+#: Attributes coreai-torch stamps on a submodule it patches for externalization, by prefix.
+EXTERNALIZE_ATTR_PREFIXES = ("_externalize", "_original_forward")
+
+#: coreai-torch's composite classes live in private modules named after the composite, but for SDPA's.
+_COMPOSITE_NAME_OVERRIDES = {"_sdpa": "scaled_dot_product_attention"}
+
+_APPLE = "executorch.backends.apple.coreai"
+_PREPROCESS = f"{_APPLE}.compiler.preprocess"
+_PARTITIONER = f"{_APPLE}.partition.partitioner"
+
+#: ExecuTorch's names, imported on first use: ``name here: (module, name there)``; ``None`` is the module itself.
+_EXECUTORCH = {
+    "get_default_compile_config": (_APPLE, "get_default_compile_config"),
+    "get_default_passes": (_APPLE, "get_default_passes"),
+    "_apply_enumerated_shapes": (f"{_APPLE}.compiler.enumerated_shapes", "apply_enumerated_shapes"),
+    "resolve_input_enumerations": (f"{_APPLE}.compiler.enumerated_shapes", "resolve_input_enumerations"),
+    "edge_io": (f"{_APPLE}.compiler.io_compat", "_edge_io"),
+    "io_mismatches": (f"{_APPLE}.compiler.io_compat", "io_mismatches"),
+    "_upstream_preprocess": (_PREPROCESS, None),
+    "ASSET_ALIGNMENT": (_PREPROCESS, "_ASSET_ALIGNMENT"),
+    "COMPILE_SPEC_KEYS": (_PREPROCESS, "COMPILE_SPEC_KEYS"),
+    "SIDECAR_DIR_ENV": (_PREPROCESS, "SIDECAR_DIR_ENV"),
+    "AssetPackaging": (_PREPROCESS, "AssetPackaging"),
+    "aot_compile_options": (_PREPROCESS, "_aot_compile_options"),
+    "compiled_arch_bundles": (_PREPROCESS, "_compiled_arch_bundles"),
+    "get_compile_spec": (_PREPROCESS, "_get_compile_spec"),
+    "maybe_warn_sidecar_env_ignored": (_PREPROCESS, "_maybe_warn_sidecar_env_ignored"),
+    "min_os_version": (_PREPROCESS, "_min_os_version"),
+    "named_data_key": (_PREPROCESS, "_nds_key"),
+    "os_version_text": (_PREPROCESS, "_os_version_text"),
+    "reject_existing_asset_dir": (_PREPROCESS, "_reject_existing_asset_dir"),
+    "DO_NOT_DELEGATE_TAG": (_PARTITIONER, "DO_NOT_DELEGATE_TAG"),
+    "UpstreamCoreAIPartitioner": (_PARTITIONER, "CoreAIPartitioner"),
+    "node_tensor_vals": (_PARTITIONER, "_node_tensor_vals"),
+    "UpstreamOperatorSupport": (_PARTITIONER, "_OperatorsSupportedForCoreAIBackend"),
+    "do_not_delegate": (_PARTITIONER, "do_not_delegate"),
+    "is_coreai_supported_target": (_PARTITIONER, "is_coreai_supported_target"),
+    "ReplaceCopyOpsWithFunctionalPass": (f"{_APPLE}.passes.replace_copy_ops", "ReplaceCopyOpsWithFunctionalPass"),
+    "FileBackedData": ("executorch.exir._serialize._cord", "FileBackedData"),
+    "NamedDataStore": ("executorch.exir._serialize._named_data_store", "NamedDataStore"),
+    "_flatbuffer_to_program": ("executorch.exir._serialize._program", "_flatbuffer_to_program"),
+    "_get_extended_header": ("executorch.exir._serialize._program", "_get_extended_header"),
+    "_restore_delegates": ("executorch.exir._serialize._program", "_restore_delegates"),
+    "EdgeOpOverload": ("executorch.exir.dialects.edge._ops", "EdgeOpOverload"),
+    "aten_to_edge_program": ("executorch.exir.program._program", "_generate_edge_program"),
+    "default_decomposition_table": ("executorch.exir.tracer", "_default_decomposition_table"),
+    "add_delegation_info": ("executorch.export.stages", "_add_delegation_info_context"),
+    "edge_ops": ("executorch.exir.dialects._ops", "ops"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXECUTORCH:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _executorch(name)
+
+
+def _executorch(name: str) -> Any:
+    """One of ExecuTorch's names of :data:`_EXECUTORCH`, imported on first use and kept as a global."""
+    found = globals().get(name)
+    if found is None:
+        module, attribute = _EXECUTORCH[name]
+        found = importlib.import_module(module)
+        if attribute is not None:
+            found = getattr(found, attribute)
+        globals()[name] = found
+    return found
 
 
 def annotate_nodes(annotation: dict) -> Any:
@@ -168,14 +196,56 @@ def compression_ops() -> Any:
 
 def unverified_compile_config() -> Any:
     """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
-    config = get_default_compile_config()
+    config = _executorch("get_default_compile_config")()
     config._check_ir_validity = False
     return config
 
 
 def aten_op(target: Any) -> Any:
     """The ATen overload behind an edge-dialect op (``target`` itself otherwise)."""
-    return target._op if isinstance(target, EdgeOpOverload) else target
+    return target._op if isinstance(target, _executorch("EdgeOpOverload")) else target
+
+
+def op_schema(target: Any) -> Any:
+    """The ``FunctionSchema`` of an op overload (ATen or edge), or None for a target that has none."""
+    return getattr(target, "_schema", None)
+
+
+def composite_op_name(cls: type) -> str:
+    """The Core AI composite name of a ``coreai_torch.composite_ops`` class: its private module's name."""
+    module = cls.__module__.rsplit(".", 1)[-1]
+    return _COMPOSITE_NAME_OVERRIDES.get(module, module.lstrip("_"))
+
+
+def set_backend_id(lowered: Any, backend_id: str) -> None:
+    """Give an ExecuTorch ``LoweredBackendModule`` another backend id (it has no setter)."""
+    lowered._backend_id = backend_id
+
+
+def backing_file(data: Any) -> str:
+    """The path an ExecuTorch ``FileBackedData`` reads from."""
+    return data._path
+
+
+class TorchConverterBase(TorchConverter):
+    """coreai-torch's ``TorchConverter`` with the two private parts this project uses as public methods.
+
+    :meth:`add_program` hands coreai-torch a program's externalized records
+    (``add_exported_program``'s private ``_externalized_exported_programs``);
+    a subclass's :meth:`constant` may make a weight constant itself, where
+    coreai-torch makes each in its private ``_constant_from_tensor``.
+    """
+
+    def add_program(self, program: Any, entrypoint_name: str, records: list | None) -> None:
+        self.add_exported_program(program, entrypoint_name=entrypoint_name, _externalized_exported_programs=records)
+
+    def constant(self, tensor: torch.Tensor, location: Any) -> Any:
+        """The MLIR value of a weight constant, at ``location``; None leaves it coreai-torch's."""
+        return None
+
+    def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
+        made = self.constant(tensor, self._location)
+        return super()._constant_from_tensor(tensor) if made is None else made
 
 
 def base_compile_specs(partitioner: Any) -> list:
@@ -267,13 +337,13 @@ def apply_enumerated_shapes(program: Any, edge_program: Any, enumerations: dict)
     was specialized); the function of key ``k`` is ``main_<k>``.
     """
     wrapped = _GetGraphProgram(program)
-    _apply_enumerated_shapes(wrapped, edge_program, enumerations)
+    _executorch("_apply_enumerated_shapes")(wrapped, edge_program, enumerations)
     return wrapped.shapes
 
 
 def run_coreai_build(aimodel: Any, out_dir: Any, options: dict) -> None:
     """Upstream's ``xcrun coreai-build`` step, looked up when called (tests patch it there)."""
-    _upstream_preprocess._run_coreai_build(aimodel, out_dir, options)
+    _executorch("_upstream_preprocess")._run_coreai_build(aimodel, out_dir, options)
 
 
 def coreai_constant_api() -> Any:
@@ -342,12 +412,12 @@ def deserialize_pte_views(data: memoryview) -> tuple[Any, dict[str, memoryview]]
     flatbuffer (no weights) is copied; delegate payloads stored as segments
     are restored as upstream does.
     """
-    header = _get_extended_header(data)
+    header = _executorch("_get_extended_header")(data)
     program_size = header.program_size if header else len(data)
-    program = _flatbuffer_to_program(bytes(data[:program_size]))
+    program = _executorch("_flatbuffer_to_program")(bytes(data[:program_size]))
     if not header or header.segment_base_offset == 0:
         return program, {}
     base = header.segment_base_offset
     segments = [data[base + s.offset : base + s.offset + s.size] for s in program.segments]
-    program = _restore_delegates(program, segments)
+    program = _executorch("_restore_delegates")(program, segments)
     return program, {entry.key: segments[entry.segment_index] for entry in program.named_data or ()}

@@ -347,10 +347,11 @@ _PLAIN = {torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
 _RESOURCE_MIN_ELEMENTS = 256  # below this, or when splat, coreai-core keeps constants inline
 
 
-class BuildIndependentConverter(_compat.TorchConverter):
+class BuildIndependentConverter(_compat.TorchConverterBase):
     """``TorchConverter`` whose weight constants do not depend on the process.
 
-    Mirrors coreai-torch's ``_constant_from_tensor``.  coreai-core names every
+    Mirrors coreai-torch's ``_constant_from_tensor`` (as :meth:`constant`, which
+    ``_compat.TorchConverterBase`` calls from it).  coreai-core names every
     weight blob after a hash seeded per process, and the names reach the
     asset's bytecode, so two builds of one model differed.  Here a weight that
     coreai-core would keep as a blob (256 elements or more, not a splat)
@@ -366,7 +367,7 @@ class BuildIndependentConverter(_compat.TorchConverter):
         super().__init__(mode=mode)
         self._weights = 0
 
-    def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
+    def constant(self, tensor: torch.Tensor, location: Any) -> Any:
         dtype = getattr(tensor, "future_dtype", tensor.dtype)
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
@@ -374,15 +375,15 @@ class BuildIndependentConverter(_compat.TorchConverter):
         if hasattr(tensor, "elem"):  # sub-byte (int4): coreai-torch embeds the bit-packed bytes of .elem as they are
             array = api.validate_and_cast_numpy_array(tensor.elem.detach().cpu().contiguous().numpy())
         elif dtype != tensor.dtype or dtype not in _PLAIN | set(_NARROW):
-            return super()._constant_from_tensor(tensor)
+            return None
         else:
             array = api.validate_and_cast_numpy_array(_numpy_view(tensor.detach().cpu().contiguous()))
         if array.size < _RESOURCE_MIN_ELEMENTS or _is_splat(array):
-            return super()._constant_from_tensor(tensor)
+            return None
         attr = api.DenseResourceElementsAttr.get_from_buffer(
             array,
             f"weight_{self._weights}",
-            api.get_tensor_type(tensor, self._location, dtype=dtype),
+            api.get_tensor_type(tensor, location, dtype=dtype),
             alignment=16,
         )
         self._weights += 1
@@ -413,7 +414,7 @@ def strip_debug_info(program: Any, *, keep_op_ids: bool) -> None:
     sequential operation ID when ``keep_op_ids`` (what coreai-torch's own
     function does), with no metadata otherwise.  In place.
     """
-    module_op = program._module._mlir_module.operation
+    module_op = _compat.mlir_module(program)[1].operation
     context = module_op.context
     source = _compat.CoreAILocation.file(filename="", line=0, col=0, context=context)
     _compat.set_op_location(module_op, _compat.unknown_location(None, source, context))
@@ -496,12 +497,13 @@ class KernelCopiedData(_compat.FileBackedData):
             return
         outfile.flush()
         start = outfile.tell()
-        with open(self._path, "rb") as source:
+        path = _compat.backing_file(self)
+        with open(path, "rb") as source:
             sent = 0
             while sent < len(self):  # sendfile writes at, and advances, the output's own offset
                 count = os.sendfile(descriptor, source.fileno(), sent, len(self) - sent)
                 if count == 0:
-                    raise OSError(f"{self._path} ended after {sent} of {len(self)} bytes")
+                    raise OSError(f"{path} ended after {sent} of {len(self)} bytes")
                 sent += count
         outfile.seek(start + sent)  # the buffered writer learns where the descriptor now is
 

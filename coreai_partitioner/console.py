@@ -5,7 +5,9 @@ Two kinds of noise reach a terminal from the stack this project runs on:
 - Python logging and warnings at import and during export: torchao's
   missing CUDA kernels, torch's pytree and ``_check_is_size`` deprecations,
   transformers' advice, coreai-torch's validation notice.
-  :func:`quiet_dependencies` turns them off (``verbose=True`` leaves them).
+  :func:`quiet_dependencies` turns them off (``verbose_=True`` leaves them);
+  the commands call it before they import the dependencies, and a program
+  using the library may call it too.  Importing the package does not.
 - Native code writing to file descriptors 1 and 2 behind Python's back:
   coreai-core's runtime (``ODIE [default]: Loading function ...``),
   ExecuTorch's C++ ``INFO`` log lines, ``pytorch_tokenizers``' loaders.
@@ -27,14 +29,10 @@ from collections.abc import Callable
 #: Environment variable that keeps every dependency's output (``-v`` of this project's commands sets it).
 VERBOSE_ENV = "COREAI_PARTITIONER_VERBOSE"
 
-#: Loggers of dependencies that talk while this package imports them, not about anything the user did.
-IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
-
-#: Loggers of dependencies that talk at import or export time, and the level they are held to.
+#: Loggers of dependencies that talk at import or export time, and the level they are held to
+#: (with ``_compat.PRIVATE_LOGGERS``, the ones named after private modules).
 LOGGERS = {
     "torchao": logging.ERROR,
-    "torch.utils._pytree": logging.ERROR,
-    "torch._export": logging.ERROR,
     "torch.export": logging.ERROR,
     "torch.fx.experimental.symbolic_shapes": logging.ERROR,
     "transformers": logging.ERROR,
@@ -57,21 +55,21 @@ def verbose() -> bool:
     return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
-def quiet_imports() -> None:
-    """Hold down what dependencies log while this package imports them (torchao's missing CUDA kernels, torch's
-    pytree notices); ``$COREAI_PARTITIONER_VERBOSE=1`` keeps it.  Runs at ``import coreai_partitioner``."""
-    if verbose():
-        return
-    for name in IMPORT_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-
-
 def quiet_dependencies(verbose_: bool = False) -> None:
-    """Hold the dependencies' loggers and warnings down for a command-line run; ``verbose_`` keeps them."""
+    """Hold the dependencies' loggers and warnings down, for the rest of the process; ``verbose_`` keeps them.
+
+    This project's commands call it first thing, before they import anything
+    that logs (importing :mod:`coreai_partitioner` changes no logger, warning
+    filter or environment variable); a program using the library calls it to
+    ask for the same.  With ``verbose_`` (or ``$COREAI_PARTITIONER_VERBOSE=1``)
+    nothing is held, and the variable is set for the processes it starts.
+    """
     if verbose_ or verbose():
         os.environ[VERBOSE_ENV] = "1"
         return
-    for name, level in LOGGERS.items():
+    from . import _compat  # torch and coreai-torch only: nothing that logs at import
+
+    for name, level in {**LOGGERS, **_compat.PRIVATE_LOGGERS}.items():
         logging.getLogger(name).setLevel(level)
     for category, message in WARNINGS:
         warnings.filterwarnings("ignore", category=category, message=message)

@@ -232,7 +232,7 @@ def _is_64bit_factory(node: torch.fx.Node) -> bool:
     """A node making a 64-bit tensor from scalars alone (``arange(0, L)``: HF's attention mask)."""
     if node.op != "call_function" or node.all_input_nodes or not _is_64bit(node.meta.get("val")):
         return False
-    schema = getattr(node.target, "_schema", None)
+    schema = _compat.op_schema(node.target)
     return schema is not None and any(argument.name == "dtype" for argument in schema.arguments)
 
 
@@ -302,7 +302,7 @@ def _constant(node) -> torch.Tensor | None:
     """The value of a node computed from literals alone (``arange(...).repeat_interleave(...)``), else None."""
     if not isinstance(node, torch.fx.Node):
         return node
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+    if node.op != "call_function" or not isinstance(node.target, _compat.OpOverload):
         return None
     if torch.Tag.nondeterministic_seeded in node.target.tags:  # randint: not the same value at run time
         return None

@@ -17,13 +17,11 @@ import textwrap
 
 import torch
 
+from . import _compat
 from ._compat import ExternalizeSpec
 
 # Attributes every leaf carries that are not part of the composite declaration.
 _NOT_ATTRS = frozenset({"version", "training"})
-
-# Core AI's composite names differ from the class's module name only for SDPA.
-_COMPOSITE_NAME_OVERRIDES = {"_sdpa": "scaled_dot_product_attention"}
 
 
 def _init_assignments(cls: type) -> list[str]:
@@ -49,17 +47,12 @@ def _init_assignments(cls: type) -> list[str]:
     return names
 
 
-def _composite_name(cls: type) -> str:
-    module = cls.__module__.rsplit(".", 1)[-1]
-    return _COMPOSITE_NAME_OVERRIDES.get(module, module.lstrip("_"))
-
-
 def _leaf_spec(cls: type) -> ExternalizeSpec | None:
     assigned = _init_assignments(cls)
     if "version" not in assigned:
         return None
     attrs = [name for name in assigned if not name.startswith("_") and name not in _NOT_ATTRS]
-    return ExternalizeSpec(cls, composite_op_name=_composite_name(cls), composite_attrs=attrs)
+    return ExternalizeSpec(cls, composite_op_name=_compat.composite_op_name(cls), composite_attrs=attrs)
 
 
 @functools.cache

@@ -57,7 +57,7 @@ def _module_key(module: torch.nn.Module) -> tuple:
             if name not in _compat.MODULE_INTERNAL_ATTRS
             and name not in _compat.MODULE_HOOK_ATTRS
             and name != "forward"
-            and not name.startswith(("_externalize", "_original_forward"))
+            and not name.startswith(_compat.EXTERNALIZE_ATTR_PREFIXES)
         )
         own_params, own_buffers, non_persistent = _compat.module_state(sub)
         params = tuple(

@@ -42,7 +42,7 @@ from tqdm import tqdm  # noqa: E402
 from coreai_partitioner import llm, schemes, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai import debug_info  # noqa: E402
 from coreai_partitioner.llm import text, tokenizer  # noqa: E402
-from coreai_partitioner.pte import read_pte  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 

@@ -18,16 +18,18 @@ import time
 import warnings
 from pathlib import Path
 
-# Deprecation notices from torch inside coreai-torch's composite ops, and
-# coreai-torch's check that misreads the local "+cpu" build of torch 2.13.0.
+from coreai_partitioner import console
+
+# Before the dependencies are imported: torchao and torch log while they are.
+console.quiet_dependencies()
+# Deprecation notices from torch inside coreai-torch's composite ops.
 warnings.filterwarnings("ignore", category=FutureWarning)
-warnings.filterwarnings("ignore", message="coreai-torch has only been validated")
 
-import torch
-from tiny_transformer import TinyTransformer
+import torch  # noqa: E402
+from tiny_transformer import TinyTransformer  # noqa: E402
 
-from coreai_partitioner import lower, save_pte, verify
-from coreai_partitioner.describe import describe
+from coreai_partitioner import lower, save_pte, verify  # noqa: E402
+from coreai_partitioner.describe import describe  # noqa: E402
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ LOWER_IN_SUBPROCESS = """
 @pytest.mark.parametrize("upstream_first", [True, False])
 def test_backend_id_resolves_to_this_backend_whatever_the_import_order(upstream_first):
     upstream = "import executorch.backends.apple.coreai.compiler.preprocess\n"
-    ours = "import coreai_partitioner\n"
+    ours = "import coreai_partitioner.backends.apple_coreai\n"  # the package itself imports nothing
     prelude = upstream + ours if upstream_first else ours + upstream
     result = run_python(prelude + textwrap.dedent(LOWER_IN_SUBPROCESS))
     assert result.returncode == 0, result.stderr[-3000:]

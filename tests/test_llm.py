@@ -23,8 +23,8 @@ from coreai_partitioner import get_default_compile_config, llm, verify  # noqa: 
 from coreai_partitioner.llm import blocks  # noqa: E402
 from coreai_partitioner.op_support import OperatorSupport  # noqa: E402
 from coreai_partitioner.passes import NarrowToCoreAIDtypes, remove_noop_expands  # noqa: E402
-from coreai_partitioner.pte import read_pte  # noqa: E402
-from coreai_partitioner.runtime import LoadedAsset  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
 ENUMERATED = llm.DecoderShapes(max_context_len=32, prefill_chunk=8, mode="enumerated")
@@ -189,6 +189,11 @@ def test_adapted_decoder_prefill_then_decode_equals_hf_eager():
         step = decoder(tokens[:, 5:], torch.tensor([5]))
     torch.testing.assert_close(prefill, expected[:, :5], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(step, expected[:, 5:], rtol=1e-4, atol=1e-5)
+
+
+def test_an_adapted_decoder_moves_to_another_dtype_as_any_module_does():
+    decoder = llm.adapt(tiny("llama"), SHAPES).to(torch.float16)  # nn.Module.to goes through every block's _apply
+    assert {p.dtype for p in decoder.parameters()} == {torch.float16}
 
 
 def test_forward_returns_the_last_positions_logits_by_default():

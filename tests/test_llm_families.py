@@ -25,8 +25,8 @@ pytest.importorskip("transformers")
 from llm_helpers import adapted_and_eager, assert_hf_greedy, hf_greedy, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
-from coreai_partitioner.assets import asset_ir, summarize_ir  # noqa: E402
-from coreai_partitioner.pte import read_pte  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=24)
 PROMPT = 20

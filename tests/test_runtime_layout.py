@@ -1,4 +1,4 @@
-"""The runtime's Python and C++ halves live in one folder; the old module paths still import."""
+"""The runtime's Python and C++ halves live in one folder."""
 
 from __future__ import annotations
 
@@ -10,14 +10,11 @@ import pytest
 RUNTIME = "coreai_partitioner.backends.apple_coreai.runtime"
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [("host_runtime", "host"), ("runtime", "loaded_asset"), ("pte", "pte"), ("assets", "asset_ir")],
-)
-def test_moved_runtime_modules_keep_their_old_import_paths(old, new):
-    moved = importlib.import_module(f"{RUNTIME}.{new}")
-    assert importlib.import_module(f"coreai_partitioner.{old}") is moved
-    assert getattr(importlib.import_module("coreai_partitioner"), old) is moved
+@pytest.mark.parametrize("old", ["host_runtime", "runtime", "pte", "assets"])
+def test_the_runtime_modules_old_paths_are_gone(old):
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"coreai_partitioner.{old}")
+    assert not hasattr(importlib.import_module("coreai_partitioner"), old)
 
 
 def test_the_host_backends_cpp_sources_sit_beside_its_python_half():

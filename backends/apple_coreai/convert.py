@@ -102,7 +102,7 @@ def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str =
         order_state_writes(program)
         state_operands_as_values(program)
         logger.info("converting %s with %d externalized call site(s)", function, len(records))
-        converter.add_exported_program(program, entrypoint_name=function, _externalized_exported_programs=records or None)
+        converter.add_program(program, function, records or None)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):  # coreai-torch prints its version and progress to stdout
         converted = converter.to_coreai()

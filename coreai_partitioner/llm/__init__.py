@@ -22,6 +22,7 @@ The road of a checkpoint:
 ``examples/export_llm.py`` is this road from the command line.
 """
 
+from .. import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
 from .blocks import UnsupportedConfig
 from .decoder import Decoder, reset_state
 from .export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata

@@ -32,6 +32,8 @@ from torch import nn
 
 from coreai_torch.composite_ops import SDPA, GatedDeltaUpdate, GatherMM, RMSNormImpl, RoPE
 
+from .. import _compat
+
 logger = logging.getLogger(__name__)
 
 def plain(path: str, reason: str) -> None:
@@ -824,13 +826,13 @@ class Block(nn.Module):
         self.residual_scale = float(residual_scale)
 
     @staticmethod
-    def _apply(module: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
+    def _through(module: nn.Module | None, x: torch.Tensor) -> torch.Tensor:
         return module(x) if module is not None else x
 
     def forward(self, x: torch.Tensor, step: Step) -> torch.Tensor:
-        out = self._apply(self.post_attn, self.mixer(self._apply(self.pre_attn, x), step))
+        out = self._through(self.post_attn, self.mixer(self._through(self.pre_attn, x), step))
         h = x + out * self.residual_scale if self.residual_scale != 1.0 else x + out
-        out = self._apply(self.post_mlp, self.mlp(self._apply(self.pre_mlp, h)))
+        out = self._through(self.post_mlp, self.mlp(self._through(self.pre_mlp, h)))
         return h + out * self.residual_scale if self.residual_scale != 1.0 else h + out
 
 

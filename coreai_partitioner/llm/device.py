@@ -56,6 +56,7 @@ from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch import nn
 
+from .. import _compat
 from ..boundaries import outside_delegate, segment
 from .blocks import Attention, Step, WindowPlan, window_plan
 
@@ -243,7 +244,7 @@ def relabel_backend(edge: Any, backend_id: str = DEVICE_BACKEND_ID) -> None:
     runtime loads them under once they are.
     """
     for _, lowered in lowered_modules(edge):
-        lowered._backend_id = backend_id  # noqa: SLF001 - LoweredBackendModule has no setter for its id
+        _compat.set_backend_id(lowered, backend_id)
 
 
 def _row_major(shape: torch.Size) -> tuple[int, ...]:

@@ -438,7 +438,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
     std::string base;
     if (!sidecar_dir(&base)) {
       report("%s ships its asset as a sidecar ('%s'), and no sidecar directory is set; load the .pte with "
-          "coreai_partitioner.host_runtime.load_program(path) (it looks next to the .pte) or set "
+          "coreai_partitioner.backends.apple_coreai.runtime.host.load_program(path) (it looks next to the .pte) or set "
           "COREAI_SIDECAR_DIR to the directory holding '%s/'",
           name,
           manifest.path.c_str(),

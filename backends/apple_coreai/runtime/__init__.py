@@ -13,7 +13,5 @@ ExecuTorch 1.5.1 ships no Core AI runtime, so the backend brings one:
   assets) and :mod:`.asset_ir` what an asset holds (graphs, composites).
 
 The public entry points stay where users import them:
-``coreai_partitioner.load_runtime_backend`` and ``coreai_partitioner.verify``;
-the modules' old paths (``coreai_partitioner.host_runtime``, ``.runtime``,
-``.pte``, ``.assets``) name these same modules.
+``coreai_partitioner.load_runtime_backend`` and ``coreai_partitioner.verify``.
 """

@@ -591,7 +591,8 @@ def load_runtime_backend() -> list[str]:
         from executorch.runtime import Runtime
 
         registry = Runtime.get().backend_registry  # loads libexecutorch.so first
-        library = ctypes.CDLL(str(library_path()), mode=os.RTLD_GLOBAL)
+        path = library_path()
+        library = ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL)
         library.coreai_host_set_callbacks.restype = ctypes.c_int32
         library.coreai_host_set_callbacks.argtypes = [_LoadFn, _SignatureFn, _RunFn, _ReleaseFn]
         library.coreai_host_set_sidecar_dir.argtypes = [ctypes.c_char_p]
@@ -612,7 +613,7 @@ def load_runtime_backend() -> list[str]:
             )
         _library, _callbacks = library, callbacks
         atexit.register(_unregister)
-        logger.info("Core AI host backend loaded from %s", library._name)
+        logger.info("Core AI host backend loaded from %s", path)
         return list(BACKEND_IDS)
 
 

@@ -31,6 +31,7 @@ setup(
     },
     # The host Core AI runtime backend is compiled from these on first use.
     package_data={"coreai_partitioner.backends.apple_coreai.runtime": ["*.cpp", "*.h"]},
+    entry_points={"console_scripts": ["coreai-export-llm = coreai_partitioner.llm.cli:main"]},
     install_requires=[
         "torch==2.13.0",
         "executorch==1.5.1",

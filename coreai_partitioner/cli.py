@@ -1,4 +1,5 @@
-"""``python -m coreai_partitioner verify|inspect MODEL.pte``, and ``export-optimum`` (optimum-executorch with the coreai recipes)."""
+"""``python -m coreai_partitioner verify|inspect MODEL.pte``, ``export-llm`` (:mod:`coreai_partitioner.llm.cli`) and
+``export-optimum`` (optimum-executorch with the coreai recipes)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,20 @@ EXIT_MISMATCH = 1
 EXIT_UNSUPPORTED = 2
 
 
+PROG = "python -m coreai_partitioner"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m coreai_partitioner")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["export-llm"]:  # its own parser, the one coreai-export-llm and examples/export_llm.py use
+        from .llm.cli import main as export_llm
+
+        return export_llm(argv[1:], prog=f"{PROG} export-llm")
+    parser = argparse.ArgumentParser(prog=PROG)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "export-llm", add_help=False, help="export a Hugging Face LLM to a .pte for ExecuTorch's LLM runner (its --help says how)"
+    )
 
     verify_parser = commands.add_parser(
         "verify", help="run a .pte in ExecuTorch's runtime (Core AI delegates on the host backend) and compare"

@@ -413,18 +413,43 @@ def check(
     *inputs: Any,
     rtol: float | None = None,
     atol: float | None = None,
+    dtype: torch.dtype | str | None = None,
+    quantize: str | None = None,
+    threshold: Any = None,
+    logits: bool = False,
     method: str = "forward",
     sidecar_dir: str | os.PathLike | None = None,
-) -> Report:
+) -> Report | Any:
     """Run ``program`` (see :func:`run`) and compare it with ``reference(*inputs)``.
 
     ``reference`` is the eager module, any callable, or the expected outputs.
-    Default tolerances follow each output's dtype (fp32 tighter than fp16/bf16).
+    By default each output is compared element by element, with tolerances
+    that follow its dtype (fp32 tighter than fp16/bf16).
+
+    A low-precision program is judged against the fp32 model instead: pass
+    the ``dtype`` and ``quantize`` scheme it was lowered with (``lower``'s
+    keywords), and each output needs the SNR and PSNR of
+    :func:`coreai_partitioner.fidelity.threshold_for` (or pass a
+    ``fidelity.Threshold`` as ``threshold``); the result is a
+    ``fidelity.SignalReport``.  With ``logits`` the outputs are logits
+    (centered before SNR, and each position's top-1 must agree unless the
+    reference has a near-tie there).  A dtype or scheme without a threshold is
+    refused before the program runs.
     """
+    from . import fidelity
+
+    judged = dtype is not None or quantize is not None or threshold is not None
+    if logits and not judged:
+        raise ValueError("logits=True judges by SNR: also pass dtype= (and quantize=) the program was lowered with, or threshold=")
+    if judged and threshold is None:
+        threshold = fidelity.threshold_for(torch.float32 if dtype is None else dtype, quantize)
     actual = run(program, *inputs, method=method, sidecar_dir=sidecar_dir)
     if callable(reference):
         with torch.no_grad():
             expected = _as_tuple(reference(*inputs))
     else:
         expected = _as_tuple(reference)
+    if judged:
+        name = fidelity.precision_name(torch.float32 if dtype is None else dtype, quantize) if dtype or quantize else ""
+        return fidelity.compare(actual, expected, threshold, logits=logits, precision=name)
     return compare(actual, expected, rtol, atol)

@@ -1,4 +1,9 @@
-"""``examples/export_llm.py`` as a deployer meets it: tokenizers, clear failures, quiet output, what it writes."""
+"""The LLM exporter as a deployer meets it: tokenizers, clear failures, quiet output, what it writes.
+
+``python -m coreai_partitioner export-llm``, ``coreai-export-llm`` and
+``examples/export_llm.py`` are one command (:mod:`coreai_partitioner.llm.cli`);
+most tests run the example, ``test_the_package_command_...`` the package's.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,11 @@ SHAPES = llm.DecoderShapes(max_context_len=48, prefill_chunk=16)
 
 def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def run_package_command(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "coreai_partitioner", "export-llm", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 def progress_free(stderr: str) -> list[str]:
@@ -56,6 +66,27 @@ def test_first_layers_cuts_every_per_layer_list():
     assert config.num_hidden_layers == 3 and len(config.layer_types) == 3
     with pytest.raises(ValueError, match="num_layers 9: the model has 4 layers"):
         llm.first_layers(llm.tiny_config("gemma3_text"), 9)
+
+
+def test_every_lowering_option_is_a_lower_decoder_keyword():
+    import inspect
+
+    from coreai_partitioner import CoreAIPartitioner
+    from coreai_partitioner.llm import cli
+
+    args = cli.build_parser().parse_args(["--quantize", "int4", "--full-logits"])
+    options = cli.lowering_options(args)
+    assert options == {"full_logits": True, "quantize": "int4", "debug_info": "none"}
+    keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
+    assert set(options) <= keywords
+    assert cli.build_parser().get_default("quantize") is None and set(cli.LOWERING_OPTIONS["--quantize"]["choices"]) == {"int8", "int4"}
+
+
+def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():
+    from coreai_partitioner.llm.cli import answer
+
+    assert answer("The capital of France is Paris.<|im_end|>\n", ["<|im_end|>"]) == "The capital of France is Paris."
+    assert answer(" Paris, the", ["<|im_end|>", ""]) == "Paris, the"
 
 
 def test_runner_output_keeps_a_split_character_until_it_is_whole():
@@ -177,7 +208,7 @@ def test_a_checkpoint_without_a_tokenizer_exports_with_a_warning(tmp_path):
     directory, _ = tokenizer_files.checkpoint(tmp_path / "checkpoint", None)
     done = run_example("--checkpoint", str(directory), "--out", str(tmp_path / "out" / "model.pte"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    (warning,) = progress_free(done.stderr)[:1]
+    (warning,) = progress_free(done.stderr)  # the checkpoint's load prints no bar of its own either
     assert "has no tokenizer" in warning and "--no-tokenizer" in warning
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.pte"]
     quiet = run_example("--checkpoint", str(directory), "--no-tokenizer", "--dry-run", cwd=tmp_path)
@@ -207,6 +238,22 @@ def test_a_failure_after_the_export_leaves_no_pte_behind(tmp_path):
     done = run_example("--config", "llama", "--out", str(out), cwd=tmp_path)
     assert done.returncode != 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.pte"] and not any(out.iterdir())
+
+
+@pytest.mark.slow
+def test_the_package_command_takes_the_examples_options_and_refuses_a_chat_without_a_template(tmp_path):
+    directory, _ = tokenizer_files.checkpoint(tmp_path / "checkpoint", "tokenizer.json")
+    done = run_package_command("--checkpoint", str(directory), "--num-layers", "1", "--dry-run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "llama (family llama.py): 1 layer(s), 1 full attention" in done.stdout
+
+    refused = run_package_command("--checkpoint", str(directory), "--chat", "hello", "--out", str(tmp_path / "out" / "model.pte"), cwd=tmp_path)
+    (line,) = progress_free(refused.stderr)
+    assert refused.returncode == 1 and line.startswith("python -m coreai_partitioner export-llm: error: --chat:")
+    assert "no chat template" in line and "--generate" in line
+    tiny = run_package_command("--config", "llama", "--chat", "hello", cwd=tmp_path)
+    assert tiny.returncode == 1 and "--chat needs a checkpoint with a chat template" in tiny.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]  # refused before anything was made
 
 
 @pytest.mark.slow

@@ -18,12 +18,15 @@ The road of a checkpoint:
    step (embedding, layers, lm_head, cache writes) and the caches as its
    state; the runner's metadata methods ride along (:func:`runner_metadata`).
 4. **Run** (:func:`greedy_decode`, ExecuTorch's ``TextLLMRunner``).
+5. **Verify** (:mod:`.check`): the program's logits and greedy tokens
+   against the fp32 model, by SNR and near-ties (:mod:`coreai_partitioner.fidelity`).
 
-``examples/export_llm.py`` is this road from the command line.
+``python -m coreai_partitioner export-llm`` (:mod:`.cli`) is this road from the command line.
 """
 
 from .. import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
 from .blocks import UnsupportedConfig
+from .check import DecoderReport, Reference
 from .decoder import Decoder, reset_state
 from .export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
 from .families import UnsupportedModel, family_of, supported, tiny_config
@@ -33,8 +36,10 @@ __all__ = [
     "SHAPE_MODES",
     "TARGETS",
     "Decoder",
+    "DecoderReport",
     "DecoderShapes",
     "Plan",
+    "Reference",
     "TextPieces",
     "UnsupportedConfig",
     "UnsupportedModel",

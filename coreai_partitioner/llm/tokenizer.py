@@ -8,7 +8,7 @@ the Python package binds.  :func:`find` picks what a checkpoint has
 file) and :func:`check` loads it with the same classes in the same order,
 so a tokenizer the runner cannot read is refused before any export work,
 with what the loader said.  :func:`copy` writes it beside the ``.pte`` with
-``tokenizer_config.json``.
+``tokenizer_config.json`` and the chat template.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from ..console import NativeStreams
 
 #: Tokenizer files by preference, as a checkpoint names them.
 CANDIDATES = ("tokenizer.json", "tokenizer.model")
-#: Files the runner's loaders read beside the tokenizer (special tokens, chat template, BOS/EOS).
-COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json")
+#: Files beside the tokenizer: special tokens, BOS/EOS (the runner's loaders read them) and the chat template a
+#: deployer's app renders a conversation with (transformers 5 writes it as chat_template.jinja).
+COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
 
 
 class TokenizerError(ValueError):

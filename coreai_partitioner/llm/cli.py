@@ -291,7 +291,7 @@ def export(plan: Plan, partial: Path) -> Path | None:
     """Load, export, write ``partial``, verify it; then it becomes ``--out``, the tokenizer beside it."""
     from tqdm import tqdm
 
-    from ..pte import read_pte
+    from ..backends.apple_coreai.runtime.pte import read_pte
     from . import byte_tokenizer, lower_decoder, tokenizer
     from .check import reference
 

@@ -78,9 +78,15 @@ DTYPE_THRESHOLDS = {
 #: Per quantization scheme (``quantize.SCHEMES``), added to its dtype's row: one line each.  Measured the same way,
 #: fp32 base: int8 24.1 / 39.9 dB, top-1 never different; int4 5.1 / 20.8 dB, top-1 different 5 times in 10, at
 #: margins up to 0.87.
+#: The other schemes take the row of the int scheme of their bits (palettize8 int8's; the 4-bit ones int4's): set
+#: by that analogy, not yet measured this way.
 SCHEME_THRESHOLDS = {
     "int8": Threshold(snr=18.0, psnr=33.0, tie=0.3),
     "int4": Threshold(snr=3.0, psnr=17.0, tie=1.0),
+    "int4-channel": Threshold(snr=3.0, psnr=17.0, tie=1.0),
+    "palettize8": Threshold(snr=18.0, psnr=33.0, tie=0.3),
+    "palettize4": Threshold(snr=3.0, psnr=17.0, tie=1.0),
+    "palettize4-mixed": Threshold(snr=3.0, psnr=17.0, tie=1.0),
 }
 
 #: The dtype rows' names, as the LLM exporter's ``--dtype`` spells them.

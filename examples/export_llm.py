@@ -14,6 +14,10 @@ import sys
 if "-v" in sys.argv or "--verbose" in sys.argv:
     os.environ["COREAI_PARTITIONER_VERBOSE"] = "1"  # before coreai_partitioner imports its dependencies
 
+from coreai_partitioner import console  # noqa: E402
+
+console.quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
+
 from coreai_partitioner.llm.cli import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -73,13 +73,14 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
 
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.llm import cli
+    from coreai_partitioner.schemes import SCHEMES
 
     args = cli.build_parser().parse_args(["--quantize", "int4", "--full-logits"])
     options = cli.lowering_options(args)
-    assert options == {"full_logits": True, "quantize": "int4", "debug_info": "none"}
+    assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none"}
     keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
-    assert cli.build_parser().get_default("quantize") is None and set(cli.LOWERING_OPTIONS["--quantize"]["choices"]) == {"int8", "int4"}
+    assert cli.build_parser().get_default("quantize") is None and set(cli.LOWERING_OPTIONS["--quantize"]["choices"]) == set(SCHEMES)
 
 
 def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():

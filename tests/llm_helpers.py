@@ -7,6 +7,48 @@ import torch
 from coreai_partitioner import llm
 
 
+def composites(norms: int, ropes: int, attentions: int, experts: int = 0, deltas: int = 0) -> dict[str, int]:
+    """What an asset invokes: ``experts`` counts ``gather_mm`` (two per MoE layer), ``deltas`` ``gated_delta_update``."""
+    return {
+        "rms_norm": norms,
+        "rope": ropes,
+        "scaled_dot_product_attention": attentions,
+        "gather_mm": experts,
+        "gated_delta_update": deltas,
+    }
+
+
+#: model_type -> the composites its tiny config's asset invokes (``tests/test_llm_families.py`` counts them in the
+#: asset, ``tests/test_transformers_rc1.py`` at the exported call sites on transformers 5.0.0rc1).
+ROWS = {
+    "llama": composites(5, 4, 2),
+    "mistral": composites(5, 4, 2),  # every layer slides
+    "ministral": composites(5, 4, 2),  # sliding and full layers
+    "ministral3": composites(5, 4, 2),  # yarn, Llama 4 query scaling
+    "qwen2": composites(5, 4, 2),  # the second layer slides
+    "qwen3": composites(9, 4, 2),  # q and k norms
+    "smollm3": composites(9, 4, 4),  # two NoPE layers: no RoPE there
+    "granite": composites(5, 4, 2),
+    "olmo2": composites(17, 8, 4),  # post-norms; q/k norms over the whole projection
+    "olmo3": composites(17, 8, 4),  # and sliding layers
+    "phi3": composites(5, 4, 2),  # fused projections, partial LongRoPE
+    "gemma": composites(5, 4, 2),  # (1 + w) norms
+    "gemma2": composites(17, 8, 0),  # soft-capped attention logits: plain ops
+    "gemma3_text": composites(25, 8, 4),  # q/k norms, a RoPE table per layer type
+    "gemma4_text": composites(46, 10, 6),  # per-layer inputs, KV sharing, k == v, proportional RoPE
+    # mixtures of experts
+    "qwen3_moe": composites(13, 6, 3, experts=4),  # a dense layer between two sparse ones
+    "mixtral": composites(5, 4, 2, experts=4),
+    "olmoe": composites(9, 4, 2, experts=4),
+    "gpt_oss": composites(5, 4, 2, experts=4),  # attention sinks; sliding and full layers
+    # hybrid linear attention
+    "qwen3_5_text": composites(15, 4, 2, deltas=2),  # gated delta rule beside gated attention
+    "qwen3_next": composites(15, 4, 2, experts=6, deltas=2),  # and experts with a shared one
+    "qwen3_5_moe_text": composites(15, 4, 2, experts=8, deltas=2),
+    "lfm2": composites(13, 4, 2),  # short convolutions (plain ops) beside attention
+}
+
+
 def tiny(model_type: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """The family's tiny random model, eager attention (HF's reference implementation), seeded.
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from coreai_partitioner import fidelity, quantize, verify
+from coreai_partitioner import fidelity, llm, quantize, verify
 
 
 def test_snr_and_psnr_are_coremltools_compute_snr_and_psnr():
@@ -94,3 +94,64 @@ def test_report_names_what_fell_short():
     assert not report.ok and "SNR" in text and "< 25 dB" in text and "NOT OK" in text and "thresholds of fp16" in text
     with pytest.raises(AssertionError, match="not close enough to its fp32 reference"):
         report.raise_for_mismatch()
+
+
+# ---------------------------------------------------------------- lowered decoders (tiny Llama)
+
+
+SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=16)
+#: (dtype, quantization scheme) of each precision a wrong tiny model is exported at.  At int4 the threshold admits
+#: a program as far from its fp32 model as the real SmolLM2's int4 export is (about 5 dB), which the tiny
+#: models' wrong variants are not far enough for; tests/test_real_model.py judges int4 on the real model.
+PRECISIONS = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "int8": (torch.float32, "int8")}
+
+
+def tiny_llama() -> torch.nn.Module:
+    from llm_helpers import tiny
+
+    return tiny("llama")
+
+
+def perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    """The last layer's down_proj with noise of three times its own spread added (seeded)."""
+    weight = model.model.layers[-1].mlp.down_proj.weight
+    with torch.no_grad():
+        weight.add_(3 * weight.std() * torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))
+    return model
+
+
+def swapped(model: torch.nn.Module) -> torch.nn.Module:
+    """The two layers in each other's place."""
+    first, second = model.model.layers[0], model.model.layers[1]
+    model.model.layers[0], model.model.layers[1] = second, first
+    return model
+
+
+MODELS = {"right": lambda model: model, "perturbed weight": perturbed, "two layers swapped": swapped}
+
+
+@pytest.fixture(scope="module")
+def tiny_reference() -> llm.Reference:
+    return llm.check.reference(tiny_llama(), SHAPES)
+
+
+def exported_at(make, precision: str, path) -> None:
+    """``make`` applied to the tiny Llama, lowered at ``precision`` and written to ``path``."""
+    dtype, scheme = PRECISIONS[precision]
+    model = make(tiny_llama()).to(dtype)
+    path.write_bytes(llm.lower_decoder(model, SHAPES, quantize=scheme).to_executorch().buffer)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", sorted(PRECISIONS))
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_a_wrong_model_fails_where_the_right_one_passes(model, precision, tiny_reference, tmp_path):
+    path = tmp_path / "model.pte"
+    exported_at(MODELS[model], precision, path)
+    dtype, scheme = PRECISIONS[precision]
+    report = llm.check.check(path, tiny_reference, SHAPES, dtype=dtype, quantize=scheme)
+    row = report.signal.outputs[0]
+    if model == "right":
+        assert report.ok, report
+    else:
+        assert not report.ok and row.snr < row.threshold.snr, report

@@ -21,8 +21,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
-from test_llm_families import ROWS, wider  # noqa: E402
+from llm_helpers import ROWS, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
+from test_llm_families import wider  # noqa: E402
 from upstream_manifest import check_named_data, parse_manifest  # noqa: E402
 
 from coreai_partitioner import llm, save_pte  # noqa: E402

@@ -142,13 +142,15 @@ def assert_meets_upstreams_rules(delegate) -> None:
 
 
 @pytest.mark.slow
-def test_the_example_transformers_pte_meets_every_upstream_manifest_rule(tmp_path):
+def test_the_example_transformer_prints_only_its_own_lines_and_its_pte_meets_every_upstream_manifest_rule(tmp_path):
     out = tmp_path / "tiny_transformer.pte"
     run = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "export_transformer.py"), "--out", str(out)],
         capture_output=True, text=True, timeout=600,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr == "" and "ODIE" not in run.stdout  # coreai-core's "Loading function" line is held down
+    assert run.stdout.splitlines()[-1] == "ok"
     (delegate,) = read_pte(out).coreai_delegates()
     assert_meets_upstreams_rules(delegate)
 

@@ -53,16 +53,16 @@ def test_every_quantization_scheme_has_a_threshold():
 
 def test_an_unknown_scheme_or_dtype_names_the_known_ones_and_the_fix():
     with pytest.raises(fidelity.UnknownPrecision) as error:
-        fidelity.threshold_for(torch.float32, "palettize4")
+        fidelity.threshold_for(torch.float32, "int3")
     message = str(error.value)
-    assert "'palettize4'" in message and "int8, int4" in message and "SCHEME_THRESHOLDS" in message and "threshold=" in message
+    assert "'int3'" in message and "int8, int4" in message and "SCHEME_THRESHOLDS" in message and "threshold=" in message
     with pytest.raises(fidelity.UnknownPrecision, match="dtype 'bf16'.*fp32, fp16"):
         fidelity.threshold_for(torch.bfloat16)
 
 
 def test_verify_check_refuses_an_unknown_scheme_before_running_anything():
     with pytest.raises(fidelity.UnknownPrecision):
-        verify.check(object(), [torch.zeros(1)], torch.zeros(1), quantize="palettize4")  # object() cannot run
+        verify.check(object(), [torch.zeros(1)], torch.zeros(1), quantize="int3")  # object() cannot run
     with pytest.raises(ValueError, match="logits=True judges by SNR"):
         verify.check(object(), [torch.zeros(1)], torch.zeros(1), logits=True)
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from llm_helpers import ROWS
 
 pytestmark = pytest.mark.slow
 
@@ -48,14 +49,15 @@ def test_it_runs_on_transformers_5_0_0rc1(report):
     assert report["transformers"] == "5.0.0rc1"
 
 
-def test_every_family_that_exists_there_matches_hf_eager_and_exports(report):
+def test_every_family_that_exists_there_matches_hf_eager_and_exports_its_composites(report):
     families = report["families"]
     assert {name for name, r in families.items() if "absent" in r} == NEWER
     for name, result in families.items():
         if "absent" in result:
             continue
         assert result["eager_error"] <= 1e-4 * max(result["scale"], 1.0), (name, result)
-        assert result["exported_call_sites"] > 0, (name, result)
+        counts = {composite: result["composites"].get(composite, 0) for composite in ROWS[name]}
+        assert counts == ROWS[name], (name, counts)
 
 
 def test_its_pte_runs_in_executorchs_runtime_and_matches(report):

@@ -3,9 +3,10 @@
 Run by ``tests/test_transformers_rc1.py`` in a process whose ``sys.path`` starts
 with the folder holding 5.0.0rc1 (``.venv/transformers-rc1``).  Prints one
 JSON object: per model type, the adapted decoder's largest error against
-HF eager over a prefill and four decode steps, whether it exports with its
-composites, and, for the families in ``PTE``, the error of the ``.pte`` run
-in ExecuTorch's runtime.
+HF eager over a prefill and four decode steps, the composite call sites of
+its export by composite (what ``ROWS`` in ``llm_helpers.py`` counts), and,
+for the families in ``PTE``, the error of the ``.pte`` run in ExecuTorch's
+runtime.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -22,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llm_helpers import adapted_and_eager, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
+from coreai_partitioner.call_sites import call_sites_by_op  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=24)
 PROMPT = 20
@@ -37,7 +40,8 @@ def check(model_type: str) -> dict:
     result = {"eager_error": float((got - expected).abs().max()), "scale": float(expected.abs().max())}
     program, records = llm.export_decoder(model, SHAPES)
     tokens = prompt_tokens(PROMPT)
-    result["exported_call_sites"] = len(records)
+    composite_of = {record.op_name: record.composite_op_name for record in records}
+    result["composites"] = Counter(composite_of[op] for op, nodes in call_sites_by_op(program.graph).items() for _ in nodes)
     if model_type in PTE:
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "model.pte"

@@ -19,8 +19,16 @@ setup(
     python_requires=">=3.10",
     packages=[
         "coreai_partitioner",
+        "coreai_partitioner.records",
+        "coreai_partitioner.partition",
+        "coreai_partitioner.lowering",
+        "coreai_partitioner.quantize",
+        "coreai_partitioner.recipes",
+        "coreai_partitioner.verify",
         "coreai_partitioner.llm",
+        "coreai_partitioner.llm.blocks",
         "coreai_partitioner.llm.families",
+        "coreai_partitioner.cli",
         "coreai_partitioner.backends",
         "coreai_partitioner.backends.apple_coreai",
         "coreai_partitioner.backends.apple_coreai.runtime",
@@ -31,7 +39,7 @@ setup(
     },
     # The host Core AI runtime backend is compiled from these on first use.
     package_data={"coreai_partitioner.backends.apple_coreai.runtime": ["*.cpp", "*.h"]},
-    entry_points={"console_scripts": ["coreai-export-llm = coreai_partitioner.llm.cli:main"]},
+    entry_points={"console_scripts": ["coreai-export-llm = coreai_partitioner.cli.export_llm:main"]},
     install_requires=[
         "torch==2.13.0",
         "executorch==1.5.1",

@@ -30,7 +30,7 @@ def main() -> None:
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
     from coreai_partitioner import verify
-    from coreai_partitioner.testing import assert_lowers_and_matches
+    from coreai_partitioner.verify.testing import assert_lowers_and_matches
 
     ran, failures = [], []
     start = time.perf_counter()

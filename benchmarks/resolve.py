@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import torch.fx as fx
 
-from coreai_partitioner.call_sites import EXTERNALIZE_NAMESPACE, resolve_call_sites
+from coreai_partitioner.records.call_sites import EXTERNALIZE_NAMESPACE, resolve_call_sites
 
 
 class _Target:
@@ -85,7 +85,7 @@ def part_two(layers: int, dim: int) -> None:
     from executorch.exir import to_edge_transform_and_lower
 
     import coreai_partitioner.backends.apple_coreai.convert as convert_module
-    import coreai_partitioner.partitioner as partitioner_module
+    import coreai_partitioner.partition.partitioner as partitioner_module
     from coreai_partitioner import (
         CoreAIPartitioner,
         default_specs,

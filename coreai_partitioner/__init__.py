@@ -55,36 +55,38 @@ import importlib
 from typing import TYPE_CHECKING
 
 # Importing the package imports nothing else: the public names below load on first use, so
-# ``coreai_partitioner.console`` can quiet the dependencies before a command imports them.  A
-# library user asks for the same with ``coreai_partitioner.console.quiet_dependencies()``.
+# ``coreai_partitioner.cli.console`` can quiet the dependencies before a command imports them.  A
+# library user asks for the same with ``coreai_partitioner.quiet_dependencies()``.
 _PUBLIC = {
-    "CoreAIPartitioner": ".partitioner",
+    "CoreAIPartitioner": ".partition.partitioner",
     "ExternalizeSpec": "._compat",
-    "ExternalizedModules": ".externalize",
-    "default_specs": ".specs",
+    "ExternalizedModules": ".records.externalize",
+    "default_specs": ".records.specs",
     "do_not_delegate": "._compat",
-    "export_with_composites": ".lowering",
-    "externalize_modules": ".externalize",
+    "export_with_composites": ".lowering.lower",
+    "externalize_modules": ".records.externalize",
     "get_default_compile_config": "._compat",
-    "get_default_passes": ".passes",
+    "get_default_passes": ".lowering.passes",
     "load_runtime_backend": ".backends.apple_coreai.runtime.host",
-    "lower": ".lowering",
-    "lower_exported": ".lowering",
-    "save_pte": ".lowering",
-    "spec_for": ".specs",
+    "lower": ".lowering.lower",
+    "lower_exported": ".lowering.lower",
+    "quiet_dependencies": ".cli.console",
+    "save_pte": ".lowering.lower",
+    "spec_for": ".records.specs",
 }
 
 __all__ = [*_PUBLIC, "verify"]
 
 if TYPE_CHECKING:
-    from . import llm, verify
-    from ._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config
-    from .backends.apple_coreai.runtime.host import load_runtime_backend
-    from .externalize import ExternalizedModules, externalize_modules
-    from .lowering import export_with_composites, lower, lower_exported, save_pte
-    from .partitioner import CoreAIPartitioner
-    from .passes import get_default_passes
-    from .specs import default_specs, spec_for
+    from coreai_partitioner import llm, verify
+    from coreai_partitioner._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config
+    from coreai_partitioner.backends.apple_coreai.runtime.host import load_runtime_backend
+    from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
+    from coreai_partitioner.lowering.lower import export_with_composites, lower, lower_exported, save_pte
+    from coreai_partitioner.partition.partitioner import CoreAIPartitioner
+    from coreai_partitioner.lowering.passes import get_default_passes
+    from coreai_partitioner.records.specs import default_specs, spec_for
+    from coreai_partitioner.cli.console import quiet_dependencies
 
 
 def __getattr__(name: str):

@@ -1,7 +1,7 @@
-from .console import quiet_dependencies
+from coreai_partitioner.cli.console import quiet_dependencies
 
 quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
 
-from .cli import main  # noqa: E402
+from coreai_partitioner.cli.main import main  # noqa: E402
 
 raise SystemExit(main())

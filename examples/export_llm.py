@@ -5,7 +5,7 @@
     python examples/export_llm.py --checkpoint path/to/checkpoint --chat "What is the capital of France?"
 
 The package's own command, ``python -m coreai_partitioner export-llm`` (or
-``coreai-export-llm``), with the same options: :mod:`coreai_partitioner.llm.cli`.
+``coreai-export-llm``), with the same options: :mod:`coreai_partitioner.cli.export_llm`.
 """
 
 import os
@@ -14,11 +14,11 @@ import sys
 if "-v" in sys.argv or "--verbose" in sys.argv:
     os.environ["COREAI_PARTITIONER_VERBOSE"] = "1"  # before coreai_partitioner imports its dependencies
 
-from coreai_partitioner import console  # noqa: E402
+from coreai_partitioner.cli import console
 
 console.quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
 
-from coreai_partitioner.llm.cli import main  # noqa: E402
+from coreai_partitioner.cli.export_llm import main  # noqa: E402
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -16,7 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
-from coreai_partitioner import console
+from coreai_partitioner.cli import console
 
 # The dependencies' own logs and warnings (torch's deprecations inside coreai-torch's composite ops,
 # coreai-torch's check that misreads the local "+cpu" build of torch 2.13.0): not the example's.
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 from tiny_transformer import TinyTransformer  # noqa: E402
 
 from coreai_partitioner import lower, save_pte, verify  # noqa: E402
-from coreai_partitioner.describe import describe  # noqa: E402
+from coreai_partitioner.verify.describe import describe  # noqa: E402
 
 
 def main() -> None:

@@ -301,7 +301,7 @@ def delegate_program(model: torch.nn.Module, *sample: torch.Tensor):
 def test_boundary_check_rejects_a_delegate_whose_io_differs_from_what_executorch_feeds():
     from coreai_partitioner.backends.apple_coreai.convert import convert
     from coreai_partitioner.backends.apple_coreai.io_compat import assert_io_compatible
-    from coreai_partitioner.programs import with_own_graph
+    from coreai_partitioner.records.programs import with_own_graph
 
     x = torch.randn(2, 8)
     narrow = delegate_program(torch.nn.Linear(8, 4).eval(), x)
@@ -349,7 +349,7 @@ class MaskedByProduct(torch.nn.Module):
 
 
 def test_boolean_products_stay_outside_the_delegate_and_the_program_runs():
-    from coreai_partitioner.testing import assert_lowers_and_matches
+    from coreai_partitioner.verify.testing import assert_lowers_and_matches
 
     assert_lowers_and_matches(MaskedByProduct(), torch.randn(4, 8), specs=[])
 
@@ -357,15 +357,15 @@ def test_boolean_products_stay_outside_the_delegate_and_the_program_runs():
 def test_a_large_asset_streams_into_the_pte_from_disk(tmp_path, monkeypatch):
     import tempfile
 
-    from coreai_partitioner import _upstream
-    from coreai_partitioner.lowering import save_pte
+    from coreai_partitioner.backends.apple_coreai.deliver import IN_MEMORY_MAX_BYTES
+    from coreai_partitioner.lowering.lower import save_pte
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the asset waits for write_to_file
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.Tanh()).eval()  # 2 MiB of weights
     x = torch.randn(2, 512)
     lowered = lower(torch.export.export(model, (x,)))
     waiting = list(tmp_path.glob(".coreai_asset_*"))
-    assert waiting and max(p.stat().st_size for p in waiting) > _upstream.IN_MEMORY_MAX_BYTES
+    assert waiting and max(p.stat().st_size for p in waiting) > IN_MEMORY_MAX_BYTES
 
     path = save_pte(lowered, tmp_path / "model.pte")  # the asset copied by the kernel (KernelCopiedData)
     assert path.read_bytes() == lowered.to_executorch().buffer  # as upstream's in-memory serialization
@@ -407,7 +407,7 @@ def test_a_size_read_inside_and_outside_a_delegate_never_crosses_its_boundary():
 
 
 def test_a_symbolic_scalar_only_a_delegate_can_compute_and_an_outside_op_reads_is_an_error_naming_it():
-    from coreai_partitioner.partitioner import raise_on_symbolic_outputs
+    from coreai_partitioner.partition.partitioner import raise_on_symbolic_outputs
 
     class Model(torch.nn.Module):
         def forward(self, x):
@@ -426,7 +426,7 @@ def test_a_symbolic_scalar_only_a_delegate_can_compute_and_an_outside_op_reads_i
 
 
 def test_every_reader_of_a_size_gets_its_own_sym_size():
-    from coreai_partitioner.passes import SplitSymbolicSizes
+    from coreai_partitioner.lowering.passes import SplitSymbolicSizes
 
     class Model(torch.nn.Module):
         def forward(self, x):

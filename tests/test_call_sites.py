@@ -10,8 +10,8 @@ import torch.fx as fx
 
 import pytest
 
-from coreai_partitioner.build_records import claim_call_sites, delegate_call_sites
-from coreai_partitioner.call_sites import (
+from coreai_partitioner.records.carried import claim_call_sites, delegate_call_sites
+from coreai_partitioner.records.call_sites import (
     EXTERNALIZE_NAMESPACE,
     call_site_signature,
     call_sites_by_op,
@@ -354,7 +354,7 @@ def test_a_call_site_without_a_record_stops_the_backend_with_the_fix():
 def test_a_carried_record_refuses_to_be_pickled():
     import pickle
 
-    from coreai_partitioner.build_records import CallSiteRecord
+    from coreai_partitioner.records.carried import CallSiteRecord
 
     with pytest.raises(TypeError, match="norm.*build-time state"):
         pickle.dumps(CallSiteRecord(record("norm", "norm_tt", "norm_tt")))

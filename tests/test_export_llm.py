@@ -1,7 +1,7 @@
 """The LLM exporter as a deployer meets it: tokenizers, clear failures, quiet output, what it writes.
 
 ``python -m coreai_partitioner export-llm``, ``coreai-export-llm`` and
-``examples/export_llm.py`` are one command (:mod:`coreai_partitioner.llm.cli`);
+``examples/export_llm.py`` are one command (:mod:`coreai_partitioner.cli.export_llm`);
 most tests run the example, ``test_the_package_command_...`` the package's.
 """
 
@@ -72,8 +72,8 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     import inspect
 
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.llm import cli
-    from coreai_partitioner.schemes import SCHEMES
+    from coreai_partitioner.cli import export_llm as cli
+    from coreai_partitioner.quantize.schemes import SCHEMES
 
     args = cli.build_parser().parse_args(["--quantize", "int4", "--full-logits"])
     options = cli.lowering_options(args)
@@ -84,7 +84,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
 
 
 def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():
-    from coreai_partitioner.llm.cli import answer
+    from coreai_partitioner.cli.export_llm import answer
 
     assert answer("The capital of France is Paris.<|im_end|>\n", ["<|im_end|>"]) == "The capital of France is Paris."
     assert answer(" Paris, the", ["<|im_end|>", ""]) == "Paris, the"

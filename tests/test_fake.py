@@ -1,4 +1,4 @@
-"""The memoized fake impls of externalized ops, on symbolic sizes (coreai_partitioner.fake)."""
+"""The memoized fake impls of externalized ops, on symbolic sizes (coreai_partitioner.records.fake)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch.fx.experimental.symbolic_shapes import (
 )
 from torch.utils._sympy.value_ranges import ValueRanges
 
-from coreai_partitioner.fake import memoized
+from coreai_partitioner.records.fake import memoized
 
 
 class Counting:

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from coreai_partitioner import fidelity, llm, quantize, verify
+from coreai_partitioner import llm, quantize, verify
+from coreai_partitioner.verify import fidelity
 
 
 def test_snr_and_psnr_are_coremltools_compute_snr_and_psnr():

@@ -11,7 +11,7 @@ from fuzz_models import Config, build, configs, sample, specs
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from coreai_partitioner.testing import assert_lowers_and_matches
+from coreai_partitioner.verify.testing import assert_lowers_and_matches
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,9 @@ from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import get_default_compile_config, llm, verify  # noqa: E402
 from coreai_partitioner.llm import blocks  # noqa: E402
-from coreai_partitioner.op_support import OperatorSupport  # noqa: E402
-from coreai_partitioner.passes import NarrowToCoreAIDtypes, remove_noop_expands  # noqa: E402
+from coreai_partitioner.partition.op_support import OperatorSupport  # noqa: E402
+from coreai_partitioner.llm.passes import remove_noop_expands  # noqa: E402
+from coreai_partitioner.lowering.passes import NarrowToCoreAIDtypes  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset  # noqa: E402
 
@@ -149,7 +150,7 @@ def test_the_sliding_ring_skips_front_padding_past_the_context():
 
 
 def test_state_writes_are_put_in_the_order_of_their_buffers():
-    from coreai_partitioner.passes import order_state_writes
+    from coreai_partitioner.backends.apple_coreai.passes import order_state_writes
 
     class Model(torch.nn.Module):
         def __init__(self) -> None:
@@ -244,7 +245,7 @@ def symbolic_graph() -> torch.fx.GraphModule:
 
 
 def test_op_support_claims_symbolic_views_and_refuses_64_bit_ops_and_index_put_along_a_symbolic_dim():
-    from coreai_partitioner.passes import SplitSymbolicSizes
+    from coreai_partitioner.lowering.passes import SplitSymbolicSizes
 
     graph_module = symbolic_graph()
     SplitSymbolicSizes()(graph_module)  # one sym_size per reader, as get_default_passes() does

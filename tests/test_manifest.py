@@ -19,7 +19,7 @@ import torch
 from helpers import lower, two_norms
 from upstream_manifest import Refused, check_named_data, parse_manifest
 
-from coreai_partitioner import _upstream
+from coreai_partitioner.backends.apple_coreai.manifest import bundle_digest, collect_asset_metadata
 from coreai_partitioner.backends.apple_coreai.runtime import host
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 
@@ -115,7 +115,7 @@ def write_tree(root: Path, files: dict[str, bytes]) -> None:
 
 def test_bundle_digest_is_upstreams_reference_digest_in_utf8_order(tmp_path):
     write_tree(tmp_path, UPSTREAM_REFERENCE)
-    metadata = _upstream.collect_asset_metadata(tmp_path, GOOD)
+    metadata = collect_asset_metadata(tmp_path, GOOD)
     assert metadata["bundle_digests"] == {
         "model.aimodel": "dd400f4c64ae3aa90e66a0f82732c2f56882feff204c2189ba1b3a12723047d2"
     }
@@ -126,19 +126,19 @@ def test_bundle_digest_is_upstreams_reference_digest_in_utf8_order(tmp_path):
 def test_asset_metadata_refuses_a_root_with_more_than_its_bundles_and_symlinks(tmp_path):
     write_tree(tmp_path, {"model.aimodel/main.mlirb": b"x", "initial_state/s.bin": b"y"})
     with pytest.raises(ValueError, match="exactly the declared bundles"):
-        _upstream.collect_asset_metadata(tmp_path, GOOD)
+        collect_asset_metadata(tmp_path, GOOD)
     (tmp_path / "initial_state" / "s.bin").unlink()
     (tmp_path / "initial_state").rmdir()
     (tmp_path / "model.aimodel" / "link").symlink_to(tmp_path / "model.aimodel" / "main.mlirb")
     with pytest.raises(ValueError, match="reject symlinks"):
-        _upstream.collect_asset_metadata(tmp_path, GOOD)
+        collect_asset_metadata(tmp_path, GOOD)
 
 
 def assert_meets_upstreams_rules(delegate) -> None:
     manifest = parse_manifest(delegate.payload)
     check_named_data(manifest, delegate.files)
     shipped = [(path, size, [delegate.files[path]]) for path, size in manifest["files"].items()]
-    assert _upstream.bundle_digest(shipped) == manifest["bundle_digests"]["model.aimodel"]
+    assert bundle_digest(shipped) == manifest["bundle_digests"]["model.aimodel"]
 
 
 @pytest.mark.slow
@@ -166,7 +166,7 @@ def test_a_sidecar_export_meets_every_rule_but_upstreams_refusal_of_sidecars(tmp
         parse_manifest(delegate.payload)
     assert refused.value.rule == "3"
     manifest = parse_manifest(json.dumps({**delegate.manifest, "packaging": "inline"}).encode())
-    metadata = _upstream.collect_asset_metadata(tmp_path / manifest["hash"], manifest)  # its tree, recomputed
+    metadata = collect_asset_metadata(tmp_path / manifest["hash"], manifest)  # its tree, recomputed
     assert metadata == {key: manifest[key] for key in ("version", "files", "bundle_digests")}
 
 

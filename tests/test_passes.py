@@ -7,7 +7,7 @@ import torch
 from coreai_torch import get_decomp_table
 from coreai_torch.composite_ops import SDPA
 
-from coreai_partitioner.passes import expand_repeated_heads
+from coreai_partitioner.backends.apple_coreai.passes import expand_repeated_heads
 
 INDEX_SELECT = torch.ops.aten.index_select.default
 ARANGE = torch.ops.aten.arange.start_step

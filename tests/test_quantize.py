@@ -28,7 +28,8 @@ from coreai_partitioner import (  # noqa: E402
 from coreai_partitioner import llm as coreai_llm  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
-from coreai_partitioner.quantize import DECOMPRESS_OP, QuantizationError, check, quantize  # noqa: E402
+from coreai_partitioner.quantize import DECOMPRESS_OP, QuantizationError, quantize  # noqa: E402
+from coreai_partitioner.verify import check_quantized  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ COMPOSITES = ("rms_norm", "scaled_dot_product_attention", "rope")
 
 
 def _lower(program, records):
-    from coreai_partitioner.passes import get_default_passes
+    from coreai_partitioner.lowering.passes import get_default_passes
 
     return to_edge_transform_and_lower(
         program,
@@ -123,7 +124,7 @@ def test_quantized_prefill_matches_quantized_eager_and_reports_the_float_error(l
     with torch.no_grad():
         float_logits = reference(llm.prompt, positions)
     verify.reset_state(llm.lowered)
-    report = check(llm.lowered, expected, float_logits, llm.prompt, positions, rtol=1e-3, atol=1e-3)
+    report = check_quantized(llm.lowered, expected, float_logits, llm.prompt, positions, rtol=1e-3, atol=1e-3)
     report.raise_for_mismatch()
     float_error = report.against_float.outputs[0].max_abs_error
     assert float_error > 10 * report.against_quantized.outputs[0].max_abs_error, str(report)

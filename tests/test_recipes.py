@@ -8,7 +8,7 @@ from executorch.export import ExportRecipe, recipe_registry
 from helpers import TwoNorms, seeded
 
 from coreai_partitioner import lower, recipes, save_pte
-from coreai_partitioner.precision import floating_as
+from coreai_partitioner.lowering.precision import floating_as
 from coreai_partitioner.recipes import CoreAICompositeRecipeType as Recipe
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from coreai_partitioner.testing import assert_lowers_and_matches
+from coreai_partitioner.verify.testing import assert_lowers_and_matches
 
 pytestmark = pytest.mark.slow
 

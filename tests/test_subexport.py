@@ -12,7 +12,7 @@ from helpers import MyLeaf
 from tiny_transformer import TinyTransformer
 
 from coreai_partitioner import ExternalizeSpec, default_specs, externalize_modules, verify
-from coreai_partitioner.fake import memoized
+from coreai_partitioner.records.fake import memoized
 from coreai_torch.composite_ops import RMSNorm
 
 LEAF = ExternalizeSpec(MyLeaf, composite_op_name="my_leaf", composite_attrs=["eps"])
@@ -130,7 +130,7 @@ def test_modules_with_state_outside_the_key_are_never_shared():
 def test_call_site_key_refuses_instance_forwards_hooks_and_unknown_attributes():
     from types import SimpleNamespace
 
-    from coreai_partitioner.subexport import call_site_key
+    from coreai_partitioner.records.subexport import call_site_key
 
     def prep(module):
         node = SimpleNamespace(args=(object(),), kwargs={})

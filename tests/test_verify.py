@@ -11,8 +11,10 @@ from helpers import TwoNorms, externalize, lower, seeded, two_norms
 from helpers import SplitBySort
 from tiny_transformer import TinyTransformer
 
-from coreai_partitioner import cli, verify
-from coreai_partitioner.testing import assert_lowers_and_matches
+from coreai_partitioner import verify
+from coreai_partitioner.verify import execution
+from coreai_partitioner.cli import main as cli
+from coreai_partitioner.verify.testing import assert_lowers_and_matches
 from coreai_torch.composite_ops import RMSNorm, SDPA, GatedDeltaUpdate, GatherMM, RoPE
 
 pytestmark = pytest.mark.slow
@@ -123,7 +125,7 @@ def test_a_pte_path_is_hashed_once_and_again_only_when_the_file_changes(tmp_path
         programs.append((model, x, lower(ep, records).to_executorch().buffer))
     hashes = []
     sha256 = verify.hashlib.sha256
-    monkeypatch.setattr(verify.hashlib, "sha256", lambda *data: hashes.append(1) or sha256(*data))
+    monkeypatch.setattr(execution.hashlib, "sha256", lambda *data: hashes.append(1) or sha256(*data))
     for model, x, data in programs:  # the second is written over the first, at the same path
         path.write_bytes(data)
         before = len(hashes)

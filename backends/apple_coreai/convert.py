@@ -13,11 +13,13 @@ from typing import Any
 import torch.fx as fx
 from torch.export import ExportedProgram
 
-from coreai_partitioner import _upstream
-from coreai_partitioner.build_records import CallSiteRecord, delegate_call_sites
-from coreai_partitioner.call_sites import call_sites_by_op, module_path, name_call_sites
-from coreai_partitioner.passes import expand_repeated_heads, index_selects, order_state_writes, state_operands_as_values
-from coreai_partitioner.programs import with_own_graph
+from .manifest import MAIN_ENTRYPOINT
+
+from .asset import BuildIndependentConverter, to_aten
+from coreai_partitioner.records.carried import CallSiteRecord, delegate_call_sites
+from coreai_partitioner.records.call_sites import call_sites_by_op, module_path, name_call_sites
+from coreai_partitioner.backends.apple_coreai.passes import expand_repeated_heads, index_selects, order_state_writes, state_operands_as_values
+from coreai_partitioner.records.programs import with_own_graph
 
 from .debug_info import DEFAULT as DEFAULT_DEBUG_INFO, keep_only
 
@@ -80,12 +82,12 @@ def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> A
     """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram`` whose function is ``main``.
 
     The program is rewritten in place: ATen targets, call sites renamed,
-    repeated heads expanded (:func:`~coreai_partitioner.passes.expand_repeated_heads`),
-    state writes in state order (:func:`~coreai_partitioner.passes.order_state_writes`), a state read
-    by a composite made a value first (:func:`~coreai_partitioner.passes.state_operands_as_values`).
+    repeated heads expanded (:func:`~.passes.expand_repeated_heads`),
+    state writes in state order (:func:`~.passes.order_state_writes`), a state read
+    by a composite made a value first (:func:`~.passes.state_operands_as_values`).
     Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).
     """
-    return convert_functions({_upstream.MAIN_ENTRYPOINT: program}, debug_info)
+    return convert_functions({MAIN_ENTRYPOINT: program}, debug_info)
 
 
 def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str = DEFAULT_DEBUG_INFO) -> Any:
@@ -94,10 +96,10 @@ def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str =
     Core AI keeps one copy of a constant the functions share, so two methods
     over the same weights (an LLM's prefill and decode) store them once.
     """
-    converter = _upstream.BuildIndependentConverter(stack_traces=debug_info == "full")
+    converter = BuildIndependentConverter(stack_traces=debug_info == "full")
     for function, program in programs.items():
         records = converter_records(program.graph, prefix="" if len(programs) == 1 else f"{function}__")
-        _upstream.to_aten(program)
+        to_aten(program)
         expand_repeated_heads(program.graph_module)
         order_state_writes(program)
         state_operands_as_values(program)

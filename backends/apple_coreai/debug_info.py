@@ -20,7 +20,7 @@ from typing import Any
 
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 
-from coreai_partitioner import _upstream
+from .asset import strip_debug_info
 
 LEVELS = ("none", "op_ids", "full")
 DEFAULT = "none"
@@ -48,4 +48,4 @@ def _check(level: str, where: str) -> None:
 def keep_only(program: Any, level: str) -> None:
     """Strip ``program``'s op locations down to ``level``, in place."""
     if level != "full":
-        _upstream.strip_debug_info(program, keep_op_ids=level == "op_ids")
+        strip_debug_info(program, keep_op_ids=level == "op_ids")

@@ -11,7 +11,7 @@ one is broken or costly, and nowhere else:
   as it was), and the converted IR is released before the asset is read back,
   so peak memory stays near one extra copy of the weights;
 * each call site's record comes from the call site itself, where the
-  partitioner put it (:mod:`coreai_partitioner.build_records`);
+  partitioner put it (:mod:`coreai_partitioner.records.carried`);
 * it returns a ``debug_handle_map`` (:mod:`.debug_handles`), so ExecuTorch's
   Inspector maps the delegate's profiling events to the edge graph.
 
@@ -33,8 +33,11 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
-from coreai_partitioner import _compat, _upstream
-from coreai_partitioner.programs import with_own_graph
+from coreai_partitioner import _compat
+from .manifest import MAIN_ENTRYPOINT, bindings, coreai_io_names
+from .asset import finish_asset, write_program
+from .deliver import deliver, deliver_aot_compiled, sidecar_dir
+from coreai_partitioner.records.programs import with_own_graph
 
 from . import debug_info
 from .debug_handles import debug_handle_map
@@ -71,7 +74,7 @@ class CoreAICompositeBackend(BackendDetails):
         edge_program: ExportedProgram,
         compile_specs: List[CompileSpec],
     ) -> PreprocessResult:
-        return _preprocess_functions({_upstream.MAIN_ENTRYPOINT: (edge_program, compile_specs)})[_upstream.MAIN_ENTRYPOINT]
+        return _preprocess_functions({MAIN_ENTRYPOINT: (edge_program, compile_specs)})[MAIN_ENTRYPOINT]
 
     @classmethod
     def preprocess_multimethod(
@@ -119,7 +122,7 @@ def _shares_asset(compile_specs: List[CompileSpec]) -> bool:
 def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[CompileSpec]]]) -> Dict[str, PreprocessResult]:
     """Convert the delegates to one asset, a function each by its key, and ship it once; a manifest per delegate."""
     first_specs = next(iter(delegates.values()))[1]
-    sidecar_dir = _upstream.sidecar_dir(first_specs)
+    sidecar_dir = sidecar_dir(first_specs)
     converted = {function: with_own_graph(program) for function, (program, _) in delegates.items()}
     program = convert_functions(converted, debug_info.requested(first_specs))
 
@@ -127,7 +130,7 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
     handles: dict[str, dict] = {}
     for function, (edge_program, compile_specs) in delegates.items():
         assert_io_compatible(program, converted[function], function)  # its state writes in Core AI's state order
-        input_names, output_names = _upstream.coreai_io_names(program, function)  # before enumerated shapes replace it
+        input_names, output_names = coreai_io_names(program, function)  # before enumerated shapes replace it
         raw_enumerations = _compat.get_compile_spec(compile_specs, _KEYS.INPUT_ENUMERATIONS)
         if raw_enumerations and len(delegates) > 1:
             raise ValueError(
@@ -140,7 +143,7 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
             else None
         )
         signature = edge_program.graph_signature
-        function_bindings[function] = _upstream.bindings(
+        function_bindings[function] = bindings(
             input_names,
             output_names,
             stateful=bool(signature.buffers_to_mutate or signature.user_inputs_to_mutate),
@@ -157,11 +160,11 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
     with TemporaryDirectory() as staging:
         bundles = Path(staging) / "bundles"  # exactly the bundles the manifest declares
         aimodel = bundles / "model.aimodel"
-        created = _upstream.write_program(program, aimodel, min_os)
+        created = write_program(program, aimodel, min_os)
         del program  # the IR holds a copy of the weights; release it before reading back
-        model_hash = _upstream.finish_asset(created)
+        model_hash = finish_asset(created)
         if aot:
-            result = _upstream.deliver_aot_compiled(aimodel, model_hash, first_specs, sidecar_dir, function_bindings[first])
+            result = deliver_aot_compiled(aimodel, model_hash, first_specs, sidecar_dir, function_bindings[first])
         else:
             beside = Path(staging) / "beside"
             initial_state: dict = {}
@@ -175,7 +178,7 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
             }
             # Inline, the asset streams from disk into the .pte, never read whole.
             packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
-            result = _upstream.deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
+            result = deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
     results = {first: result}
     shipped = json.loads(result.processed_bytes)
     for function in list(delegates)[1:]:

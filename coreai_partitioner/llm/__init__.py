@@ -19,18 +19,18 @@ The road of a checkpoint:
    state; the runner's metadata methods ride along (:func:`runner_metadata`).
 4. **Run** (:func:`greedy_decode`, ExecuTorch's ``TextLLMRunner``).
 5. **Verify** (:mod:`.check`): the program's logits and greedy tokens
-   against the fp32 model, by SNR and near-ties (:mod:`coreai_partitioner.fidelity`).
+   against the fp32 model, by SNR and near-ties (:mod:`coreai_partitioner.verify.fidelity`).
 
 ``python -m coreai_partitioner export-llm`` (:mod:`.cli`) is this road from the command line.
 """
 
-from .. import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
-from .blocks import UnsupportedConfig
-from .check import DecoderReport, Reference
-from .decoder import Decoder, reset_state
-from .export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
-from .families import UnsupportedModel, family_of, supported, tiny_config
-from .generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, method_for, prefill, prefill_calls
+from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
+from coreai_partitioner.llm.blocks import UnsupportedConfig
+from coreai_partitioner.llm.check import DecoderReport, Reference
+from coreai_partitioner.llm.decoder import Decoder, reset_state
+from coreai_partitioner.llm.export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
+from coreai_partitioner.llm.families import UnsupportedModel, family_of, supported, tiny_config
+from coreai_partitioner.llm.generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, method_for, prefill, prefill_calls
 
 __all__ = [
     "SHAPE_MODES",

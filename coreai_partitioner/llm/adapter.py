@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import blocks
-from .blocks import Attention, AttentionShape, GatedMLP, RopeTable, UnsupportedConfig
-from .decoder import Decoder
+from coreai_partitioner.llm import blocks
+from coreai_partitioner.llm.blocks import Attention, AttentionShape, GatedMLP, RopeTable, UnsupportedConfig
+from coreai_partitioner.llm.decoder import Decoder
 
 logger = logging.getLogger(__name__)
 

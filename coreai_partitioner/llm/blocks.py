@@ -32,7 +32,7 @@ from torch import nn
 
 from coreai_torch.composite_ops import SDPA, GatedDeltaUpdate, GatherMM, RMSNormImpl, RoPE
 
-from .. import _compat
+from coreai_partitioner import _compat
 
 logger = logging.getLogger(__name__)
 
@@ -281,7 +281,7 @@ def _spread(one_hot: torch.Tensor, batch: int) -> torch.Tensor:
     """``one_hot`` [T, L] as ``[batch, L, T]``, the left operand of :func:`write_at`'s ``bmm``.
 
     Batched by a broadcasting product, not an expand: Core AI (coreai-core 1.0.0b3) folds an expand
-    to a shape read at run time wrongly when an enumerated T is 1 (see passes.remove_noop_expands).
+    to a shape read at run time wrongly when an enumerated T is 1 (see llm.passes.remove_noop_expands).
     """
     return one_hot.transpose(0, 1) * torch.ones(batch, 1, 1, dtype=one_hot.dtype, device=one_hot.device)
 
@@ -593,13 +593,13 @@ class MoE(nn.Module):
         self.forms: dict[str, Any] = {}
 
     def planned(self, scheme: Any, path: str) -> list[Any]:
-        """The expert tensors ``scheme`` stores (:class:`~coreai_partitioner.schemes.Planned`), named under ``path``.
+        """The expert tensors ``scheme`` stores (:class:`~coreai_partitioner.quantize.schemes.Planned`), named under ``path``.
 
         Their output channels are axis 1 of ``[E, out, in]`` (GPT-OSS's
         ``[E, in, out]`` is clustered transposed).  int4 blocks are of 32 or of
         the largest common divisor of the input width.
         """
-        from ..schemes import Planned, scheme as scheme_of
+        from coreai_partitioner.quantize.schemes import Planned, scheme as scheme_of
 
         found = scheme_of(scheme)
         planned = []
@@ -616,13 +616,13 @@ class MoE(nn.Module):
         """Store the experts compressed as ``scheme`` stores a Linear's weight (:meth:`planned`).
 
         Each expert tensor becomes the buffers of its
-        :class:`~coreai_partitioner.weight_forms.Compressed` form, expanded in
+        :class:`~coreai_partitioner.quantize.weight_forms.Compressed` form, expanded in
         ``forward`` by its Core AI constexpr op (what the asset keeps
         compressed): per expert, int8/int4 with scales, or a look-up table per
         group of output channels.  The model's own float parameters are left
         as they were, and no longer read.
         """
-        from ..weight_forms import compress
+        from coreai_partitioner.quantize.weight_forms import compress
 
         for entry in self.planned(scheme, path):
             name = entry.name.rpartition(".")[2]
@@ -638,7 +638,7 @@ class MoE(nn.Module):
     def _experts(self, name: str) -> torch.Tensor:
         if name not in self.forms:
             return getattr(self, name)
-        from ..weight_forms import Compressed
+        from coreai_partitioner.quantize.weight_forms import Compressed
 
         keys = ("indices", "lut") if self.forms[name].kind == "lut" else ("quantized", "scale")
         buffers = {key: getattr(self, f"{name}_{key}") for key in keys}

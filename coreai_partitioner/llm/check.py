@@ -9,7 +9,7 @@ be gone before the model to export is loaded:
 2. :func:`check` feeds the program the same tokens as ExecuTorch's runner
    would (the prompt in one call, then the reference's tokens one a call)
    and judges its logits at those positions with
-   :mod:`coreai_partitioner.fidelity`: the centered logits' SNR and PSNR
+   :mod:`coreai_partitioner.verify.fidelity`: the centered logits' SNR and PSNR
    against the threshold of the dtype and quantization scheme it was
    lowered with, and at each step its top-1, the token greedy decoding
    picks there, against the reference's next token.  The two may differ
@@ -28,9 +28,9 @@ from typing import Any
 
 import torch
 
-from .. import fidelity
-from .export import DecoderShapes
-from .generate import prefill
+from coreai_partitioner.verify import fidelity
+from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.llm.generate import prefill
 
 #: Tokens of the random prompt (dynamic shapes; enumerated shapes take a whole chunk) and greedy tokens compared.
 PROMPT_TOKENS = 8
@@ -87,7 +87,7 @@ def reference(
 def program_logits(program: Any, reference: Reference, shapes: DecoderShapes) -> torch.Tensor:
     """The program's logits where :attr:`Reference.logits` are: the prompt from an empty cache, then the
     reference's tokens one a call.  ``program`` is what ``verify.run`` takes."""
-    from .. import verify
+    from coreai_partitioner import verify
 
     rows = [prefill(program, reference.prompt, shapes)[0]]
     position = len(reference.prompt)
@@ -151,7 +151,7 @@ def judge(
     """:class:`DecoderReport` of a program's :func:`program_logits` against ``reference``.
 
     ``dtype`` and ``quantize`` are what the program was lowered with; they
-    pick the threshold (:func:`coreai_partitioner.fidelity.threshold_for`)
+    pick the threshold (:func:`coreai_partitioner.verify.fidelity.threshold_for`)
     unless ``threshold`` is given.
     """
     if threshold is None:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from .blocks import Attention, RopeTable, Step
+from coreai_partitioner.llm.blocks import Attention, RopeTable, Step
 
 logger = logging.getLogger(__name__)
 

@@ -56,9 +56,9 @@ from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch import nn
 
-from .. import _compat
-from ..boundaries import outside_delegate, segment
-from .blocks import Attention, Step, WindowPlan, window_plan
+from coreai_partitioner import _compat
+from coreai_partitioner.partition.boundaries import outside_delegate, segment
+from coreai_partitioner.llm.blocks import Attention, Step, WindowPlan, window_plan
 
 logger = logging.getLogger(__name__)
 

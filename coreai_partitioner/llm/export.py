@@ -21,9 +21,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import _compat
-from .blocks import GatedDeltaNet, ShortConv
-from .decoder import Decoder, state_buffers
+from coreai_partitioner import _compat
+from coreai_partitioner.llm.blocks import GatedDeltaNet, ShortConv
+from coreai_partitioner.llm.decoder import Decoder, state_buffers
 
 #: Mixers whose state a padded call would change: they need every call's tokens to be real ones.
 RECURRENT = (GatedDeltaNet, ShortConv)
@@ -110,8 +110,8 @@ def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False)
     honour and :class:`UnsupportedShapes` for shapes it cannot take
     (recurrent layers and enumerated shapes), all before any export work.
     """
-    from .adapter import Build
-    from .families import family_of
+    from coreai_partitioner.llm.adapter import Build
+    from coreai_partitioner.llm.families import family_of
 
     family = family_of(model)
     config = model.config.get_text_config()
@@ -152,9 +152,9 @@ def export_decoder(
     a graph break every ``layers_per_delegate`` layers.
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
-    their no-op ``expand`` calls removed (:func:`~coreai_partitioner.passes.remove_noop_expands`;
+    their no-op ``expand`` calls removed (:func:`~coreai_partitioner.llm.passes.remove_noop_expands`;
     enumerated ``T = 1`` needs it).  ``quantize`` (a scheme of
-    :data:`coreai_partitioner.schemes.SCHEMES`) stores the weights outside the composites compressed
+    :data:`coreai_partitioner.quantize.schemes.SCHEMES`) stores the weights outside the composites compressed
     (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
     (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
     names.  Every shape is checked against the scheme before any work.
@@ -164,16 +164,16 @@ def export_decoder(
     table (:func:`~coreai_partitioner._compat.export_decomposed`: one trace
     where export then ``run_decompositions`` make two).
     """
-    from .. import default_specs, externalize_modules
-    from ..passes import remove_noop_expands
-    from ..quantize import uses_coreai_opt
+    from coreai_partitioner import default_specs, externalize_modules
+    from coreai_partitioner.llm.passes import remove_noop_expands
+    from coreai_partitioner.quantize import uses_coreai_opt
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     exported: nn.Module = decoder
     dynamic_shapes = None
     preserve = contextlib.nullcontext
     if length is not None:
-        from .device import DeviceDecoder
+        from coreai_partitioner.llm.device import DeviceDecoder
 
         exported, preserve = DeviceDecoder(decoder, layers_per_delegate), _compat.preserve_node_meta
     else:
@@ -191,9 +191,9 @@ def export_decoder(
 
     routers = []
     if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
-        from ..program_weights import is_kept
-        from ..quantize import check_model
-        from .blocks import MoE
+        from coreai_partitioner.quantize.program_weights import is_kept
+        from coreai_partitioner.quantize import check_model
+        from coreai_partitioner.llm.blocks import MoE
 
         experts = {p: m for p, m in decoder.named_modules() if isinstance(m, MoE) and not is_kept(p, p, keep_float)}
         check_model(decoder, quantize, keep_float=keep_float)
@@ -205,7 +205,7 @@ def export_decoder(
     # The program names the decoder's weights from the exported module: the device form's wraps it.
     prefix = "" if exported is decoder else "decoder."
     if quantize:
-        from ..quantize import quantize as quantize_program
+        from coreai_partitioner.quantize import quantize as quantize_program
 
         program = quantize_program(
             program, quantize, records=records, dynamic_shapes=dynamic_shapes,
@@ -263,7 +263,7 @@ def lower_decoder(
     receives the quantized program's eager module (taken before lowering,
     which takes over the program's constants), to check the ``.pte`` against; ``keep_float``
     names layers left float (module paths of the decoder, e.g. ``lm_head``, ``layers.0.mlp.down``).
-    Lowers with :func:`~coreai_partitioner.whole_program.lower_whole_program`
+    Lowers with :func:`~coreai_partitioner.llm.whole_program.lower_whole_program`
     (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
     whose ``.to_executorch()`` gives the ``.pte``.
 
@@ -274,8 +274,8 @@ def lower_decoder(
     delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
     makes a delegate of every ``N`` layers, each a function of the one asset.
     """
-    from .. import CoreAIPartitioner
-    from ..whole_program import decomposition_table, lower_whole_program
+    from coreai_partitioner import CoreAIPartitioner
+    from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_program
 
     if target is not None and target != shapes.target:
         shapes = dataclasses.replace(shapes, target=target)
@@ -316,9 +316,9 @@ def _lower_device(
     partitioner_options: dict[str, Any],
 ):
     """:func:`lower_decoder`'s device form (:mod:`.device`): a static export per method, one shared asset."""
-    from .. import CoreAIPartitioner
-    from ..whole_program import decomposition_table, lower_whole_programs
-    from .device import check_delegates, check_device, executorch_config, relabel_backend
+    from coreai_partitioner import CoreAIPartitioner
+    from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.llm.device import check_delegates, check_device, executorch_config, relabel_backend
 
     check_device(decoder, shapes.prefill_chunk, graph_breaks)
     refused = {"take_over_mutable_buffer", "input_enumerations", "share_asset", "uses_sidecar"} & set(partitioner_options)
@@ -421,9 +421,9 @@ def plan(config: Any, shapes: DecoderShapes, *, dtype: torch.dtype = torch.float
 
     from transformers import AutoModelForCausalLM
 
-    from ..specs import default_specs
-    from .blocks import Attention
-    from .families import family_of
+    from coreai_partitioner.records.specs import default_specs
+    from coreai_partitioner.llm.blocks import Attention
+    from coreai_partitioner.llm.families import family_of
 
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .export import DecoderShapes
+from coreai_partitioner.llm.export import DecoderShapes
 
 
 def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
@@ -78,7 +78,7 @@ def check_call(tokens: torch.Tensor, shapes: DecoderShapes) -> None:
 
 def eos_ids_of(program: Any) -> tuple[int, ...]:
     """The EOS ids a ``.pte`` gives ExecuTorch's runner (its ``get_eos_ids`` method; none if it has none)."""
-    from .. import verify
+    from coreai_partitioner import verify
 
     try:
         return tuple(int(i) for i in verify.run(program, method="get_eos_ids"))
@@ -89,7 +89,7 @@ def eos_ids_of(program: Any) -> tuple[int, ...]:
 def prefill(program: Any, prompt: list[int], shapes: DecoderShapes) -> torch.Tensor:
     """``prompt`` fed to a lowered decoder from an empty cache, one call per chunk (:func:`prefill_calls`); the
     last call's logits.  ``program`` is what ``verify.run`` takes."""
-    from .. import verify
+    from coreai_partitioner import verify
 
     verify.reset_state(program)
     for chunk, positions, _ in prefill_calls(prompt, 0, shapes):
@@ -133,7 +133,7 @@ def greedy_decode(
     Starts from an empty cache.  ``program`` is what ``verify.run`` takes
     (the lowered program, its ``to_executorch()``, a ``.pte``).
     """
-    from .. import verify
+    from coreai_partitioner import verify
 
     if not prompt:
         raise ValueError("the prompt is empty; give at least one token")

@@ -17,8 +17,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..console import NativeStreams
-from .generate import Generation, TextPieces
+from coreai_partitioner.cli.console import NativeStreams
+from coreai_partitioner.llm.generate import Generation, TextPieces
 
 #: The runner ends its output with this line of timings.
 _STATS_LINE = b"PyTorchObserver "
@@ -71,7 +71,7 @@ def generate(
     first, which the prompt's call yields).  The runner's log lines go to
     ``log`` if given, and are part of the error if generation fails.
     """
-    from .. import load_runtime_backend
+    from coreai_partitioner import load_runtime_backend
 
     with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads
         from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner

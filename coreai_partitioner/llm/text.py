@@ -24,10 +24,10 @@ from typing import Any
 
 import torch
 
-from ..console import NativeStreams
-from .export import DecoderShapes
-from .generate import Generation, TextPieces, decode_tokens, eos_ids_of, prefill, prefill_calls
-from .tokenizer import check, runner_loaders
+from coreai_partitioner.cli.console import NativeStreams
+from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.llm.generate import Generation, TextPieces, decode_tokens, eos_ids_of, prefill, prefill_calls
+from coreai_partitioner.llm.tokenizer import check, runner_loaders
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
@@ -109,7 +109,7 @@ def generate_text(
     softmax of ``logits / temperature`` (seeded).  ``on_text`` receives the
     text as it comes, whole characters only.  Stops at the ``.pte``'s EOS ids.
     """
-    from .. import verify
+    from coreai_partitioner import verify
 
     chunks: list[str] = []
 
@@ -150,7 +150,7 @@ def generate_text(
 
 def runner_shapes(pte: Any) -> DecoderShapes:
     """The :class:`~.export.DecoderShapes` a ``.pte`` was built for, read from its runner metadata."""
-    from .. import verify
+    from coreai_partitioner import verify
 
     def value(name: str) -> int:
         return int(verify.run(pte, method=name)[0])

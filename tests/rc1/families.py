@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llm_helpers import adapted_and_eager, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
-from coreai_partitioner.call_sites import call_sites_by_op  # noqa: E402
+from coreai_partitioner.records.call_sites import call_sites_by_op  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=24)
 PROMPT = 20

@@ -21,7 +21,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llm_helpers import tiny  # noqa: E402
 
-import coreai_partitioner.optimum  # noqa: E402,F401 - registers the coreai recipes
+import coreai_partitioner.recipes.optimum  # noqa: E402,F401 - registers the coreai recipes
 
 from optimum.executorch import ExecuTorchModelForCausalLM  # noqa: E402
 

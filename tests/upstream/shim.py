@@ -36,7 +36,7 @@ def swap_in_ours() -> None:
     upstream = importlib.import_module(UPSTREAM)
     partition = importlib.import_module(f"{UPSTREAM}.partition.partitioner")
     preprocess = importlib.import_module(f"{UPSTREAM}.compiler.preprocess")
-    import coreai_partitioner.partitioner as ours_partitioner
+    import coreai_partitioner.partition.partitioner as ours_partitioner
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.backends.apple_coreai import CoreAICompositeBackend
 

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from coreai_partitioner import _upstream
+from ..manifest import MAIN_ENTRYPOINT, bundle_digest, bundle_files, file_chunks
 
 from .loaded_asset import LoadedAsset
 
@@ -431,7 +431,7 @@ def _check_bundle(manifest: dict[str, Any], files: list[tuple[str, int, Any]]) -
     bundle = manifest["path"].split("/", 1)[1]
     if f"{bundle}/main.mlirb" not in manifest["files"]:
         raise ValueError(f"the asset's manifest lists no {bundle}/main.mlirb; the .pte is incomplete, re-export the model")
-    if _upstream.bundle_digest(files) != manifest["bundle_digests"][bundle]:
+    if bundle_digest(files) != manifest["bundle_digests"][bundle]:
         raise ValueError(
             f"the asset's files do not match the bundle digest of its manifest ({bundle}): the .pte or its "
             "sidecar is corrupt or was changed after export; re-export the model"
@@ -442,7 +442,7 @@ def _sidecar_files(manifest: dict[str, Any], root: Path) -> list[tuple[str, int,
     """The sidecar bundle's files under ``root`` (its ``<hash>/``), exactly the ones the manifest lists."""
     bundle = manifest["path"].split("/", 1)[1]
     try:
-        found = _upstream.bundle_files(root, bundle)
+        found = bundle_files(root, bundle)
     except ValueError as error:
         raise ValueError(f"the sidecar asset in {root} cannot be read: {error}; ship the '{root.name}/' directory "
                          "the export wrote") from None
@@ -453,12 +453,12 @@ def _sidecar_files(manifest: dict[str, Any], root: Path) -> list[tuple[str, int,
             f"{sorted(manifest['files'])} ({sum(manifest['files'].values())} bytes); ship the '{root.name}/' "
             "directory the export wrote, or re-export the model"
         )
-    return [(relative, size, _upstream.file_chunks(path)) for relative, path, size in found]
+    return [(relative, size, file_chunks(path)) for relative, path, size in found]
 
 
 def _function(manifest: dict[str, Any]) -> str:
     """The asset function a delegate runs: its manifest's ``function``; ``main``'s enumerated ones otherwise."""
-    return manifest.get("function") or _upstream.MAIN_ENTRYPOINT
+    return manifest.get("function") or MAIN_ENTRYPOINT
 
 
 def _load_inline(manifest: dict[str, Any], files: dict[str, memoryview]) -> LoadedAsset:

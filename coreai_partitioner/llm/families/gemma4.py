@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._tiny import tiny
+from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("gemma4_text",)
 
@@ -73,7 +73,7 @@ class Layer(nn.Module):
 
 
 def build(build):
-    from ..blocks import AttentionShape, activation
+    from coreai_partitioner.llm.blocks import AttentionShape, activation
 
     config = build.config
     base = build.base

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..blocks import MoE
-from ._tiny import tiny
+from coreai_partitioner.llm.blocks import MoE
+from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("gpt_oss",)
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._tiny import tiny
+from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("lfm2",)
 
 
 def build(build):
-    from ..blocks import GatedMLP, ShortConv
+    from coreai_partitioner.llm.blocks import GatedMLP, ShortConv
 
     config = build.config
     layers = []

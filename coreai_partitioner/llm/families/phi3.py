@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._tiny import tiny
+from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("phi3",)
 

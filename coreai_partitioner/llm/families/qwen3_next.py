@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._tiny import tiny
+from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 
 def build(build):
-    from ..blocks import GatedDeltaNet
+    from coreai_partitioner.llm.blocks import GatedDeltaNet
 
     config = build.config
     routing = "softmax_topk_renorm" if getattr(config, "norm_topk_prob", True) else "softmax_topk"

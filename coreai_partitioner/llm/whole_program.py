@@ -1,0 +1,181 @@
+"""Lower a program that one Core AI delegate takes whole, partitioning before edge conversion.
+
+``to_edge_transform_and_lower`` (ExecuTorch 1.5.1, ``exir/program/_program.py``)
+converts the whole program to edge dialect before it partitions: one re-trace
+to functionalize, one to decompose, one per edge ``ExportPass``.  For an LLM
+decoder on a symbolic ``T`` each costs 7 to 30 s at 0.6B scale, and all of
+them go to ops the delegate then takes.  :func:`lower_whole_program` does the
+same steps in another order:
+
+1. decompose once, with the table ``to_edge_transform_and_lower`` would use
+   (ExecuTorch's default minus the partitioner's ``ops_to_not_decompose``);
+2. Core AI's transform passes (:func:`~coreai_partitioner.lowering.passes.get_default_passes`:
+   dtype narrowing);
+3. ExecuTorch's ``to_backend`` with the partitioner, on ATen IR
+   (coreai-torch converts ATen programs; the backend maps edge ops back to
+   ATen before converting anyway);
+4. edge dialect for what stays outside the delegate.
+
+In step 4, when what stays outside is only dtype casts around delegate calls
+(an LLM decoder's int64 inputs), each cast's ATen op is swapped for its edge
+op, as ExecuTorch's ``OpReplacePass`` does.  Anything else goes through
+ExecuTorch's own ATen-to-edge conversion, which runs every edge pass and so
+re-runs the delegate's program on fake tensors once per pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from executorch.exir import EdgeProgramManager
+from executorch.exir.backend.backend_api import MethodProgramsPartitionerSpec, to_backend
+from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.graph_module import contains_any_call_fn_target_op
+from executorch.exir.passes.remove_graph_asserts_pass import RemoveNonCoreAtenOpGraphAssertsPass
+from executorch.exir.passes.remove_unused_parameters_pass import remove_unused_parameters_pass
+from executorch.exir.passes.replace_aten_with_edge_pass import aten_to_edge
+from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
+from torch.export import ExportedProgram
+
+from coreai_partitioner import _compat
+from coreai_partitioner.partition.boundaries import mark_outside
+from coreai_partitioner.partition.partitioner import CoreAIPartitioner
+from coreai_partitioner.lowering.passes import get_default_passes
+
+logger = logging.getLogger(__name__)
+
+#: Listed in the decomposition table, yet every trace writes them again (how a symbolic size is read).
+_TRACED_BACK = (torch.ops.aten.sym_size.int,)
+
+#: What may stay outside the delegate for the fast edge conversion: the casts around it.
+_CASTS = (torch.ops.aten._to_copy.default,)
+
+
+class WholeProgramManager(EdgeProgramManager):
+    """An ``EdgeProgramManager`` whose ``to_executorch()`` defaults to the config its lowering needs."""
+
+    def __init__(self, *args: Any, executorch_config: Callable[[], Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._executorch_config = executorch_config
+
+    def to_executorch(self, config: Any = None) -> Any:
+        if config is None and self._executorch_config is not None:
+            config = self._executorch_config()  # a new one each time: a memory planning pass keeps state
+        return super().to_executorch(config)
+
+
+def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:
+    """The decompositions ``to_edge_transform_and_lower`` applies for ``partitioner``.
+
+    Core AI's partitioner keeps the same ops for every instance and program
+    (those coreai-torch's table leaves whole), so both may be left out
+    before there is a program.
+    """
+    table = _compat.default_decomposition_table()
+    keep, _ = (partitioner or CoreAIPartitioner()).ops_to_not_decompose(program)
+    for op in keep:
+        table.pop(op, None)
+    return table
+
+
+def lower_whole_program(
+    program: ExportedProgram,
+    partitioner: CoreAIPartitioner,
+    *,
+    constant_methods: Mapping[str, Any] | None = None,
+    compile_config: Any = None,
+) -> EdgeProgramManager:
+    """Lower ``program`` (the method ``forward``) with ``partitioner``, as ``to_edge_transform_and_lower`` does.
+
+    ``program`` is ``torch.export``'s; one already decomposed with
+    :func:`decomposition_table` (functional ATen IR holding none of its ops)
+    is not decomposed again.  Returns the ``EdgeProgramManager``
+    (``.to_executorch()`` gives the ``.pte``).  ``compile_config`` defaults
+    to Core AI's, which verifies the edge IR.  Meant for programs the
+    delegate takes whole, where it saves every re-trace of the delegated part
+    but one; it is correct for any program.
+    """
+    return lower_whole_programs(
+        {"forward": (program, partitioner)}, constant_methods=constant_methods, compile_config=compile_config
+    )
+
+
+def lower_whole_programs(
+    methods: Mapping[str, tuple[ExportedProgram, CoreAIPartitioner]],
+    *,
+    constant_methods: Mapping[str, Any] | None = None,
+    compile_config: Any = None,
+    executorch_config: Callable[[], Any] | None = None,
+) -> WholeProgramManager:
+    """:func:`lower_whole_program` for several methods, a program and a partitioner each, in one ``to_backend`` call.
+
+    One call is what lets partitioners built with ``share_asset`` give their
+    methods one asset (the backend's ``preprocess_multimethod`` sees them all).
+    Ops the model traced under :func:`~coreai_partitioner.partition.boundaries.outside_delegate` stay outside.
+    ``executorch_config`` makes the ``ExecutorchBackendConfig`` the result's
+    ``to_executorch()`` uses when given none.
+    """
+    config = compile_config if compile_config is not None else _compat.get_default_compile_config()
+    programs: dict[str, ExportedProgram] = {}
+    for method, (program, partitioner) in methods.items():
+        started = time.perf_counter()
+        table = decomposition_table(partitioner, program)
+        undecomposed = [op for op in table if op not in _TRACED_BACK]
+        if program.dialect != "ATEN" or contains_any_call_fn_target_op(program.graph_module, undecomposed):
+            program = program.run_decompositions(table)
+        RemoveNonCoreAtenOpGraphAssertsPass()(program.graph_module)
+        for transform in get_default_passes():  # the transform passes lower() runs on the edge program
+            transform(program.graph_module)
+        mark_outside(program.graph)
+        logger.info("%s: decomposed and narrowed for Core AI in %.1f s", method, time.perf_counter() - started)
+        partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes
+        programs[method] = program
+
+    partitioners = {method: partitioner for method, (_, partitioner) in methods.items()}
+    lowered_methods = to_backend(MethodProgramsPartitionerSpec(programs, partitioners))
+    edges = {}
+    for method, lowered in lowered_methods.items():
+        lowered = remove_unused_parameters_pass(lowered)
+        if _only_casts_outside(lowered):
+            edges[method] = _casts_to_edge(lowered, config)
+        else:
+            logger.info("%s: ops outside the Core AI delegate: converting them with ExecuTorch's edge passes", method)
+            edges[method] = _compat.aten_to_edge_program(config, lowered)
+    return WholeProgramManager(
+        edges, dict(constant_methods) if constant_methods else None, config, executorch_config=executorch_config
+    )
+
+
+def _outside_ops(program: ExportedProgram) -> list[torch.fx.Node]:
+    return [
+        node
+        for node in program.graph.nodes
+        if node.op == "call_function" and node.target not in (executorch_call_delegate, operator.getitem)
+    ]
+
+
+def _only_casts_outside(program: ExportedProgram) -> bool:
+    return all(node.target in _CASTS and set(node.kwargs) <= {"dtype"} for node in _outside_ops(program))
+
+
+def _casts_to_edge(program: ExportedProgram, config: Any) -> ExportedProgram:
+    """``program`` in edge dialect: its casts' ATen ops swapped for their edge ops, in place."""
+    for node in _outside_ops(program):
+        node.target = aten_to_edge(node.target)
+    program.graph_module.recompile()
+    return ExportedProgram(
+        root=program.graph_module,
+        graph=program.graph,
+        graph_signature=program.graph_signature,
+        state_dict=program.state_dict,
+        range_constraints=program.range_constraints,
+        module_call_graph=program.module_call_graph,
+        example_inputs=program.example_inputs,
+        constants=program.constants,
+        verifiers=[EXIREdgeDialectVerifier(edge_compile_config=config, class_only=True)],
+    )

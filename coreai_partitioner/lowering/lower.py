@@ -1,0 +1,183 @@
+"""The common case in one call: export with composites, lower, write the ``.pte``.
+
+    from coreai_partitioner import lower, save_pte
+    lowered = lower(model, (tokens,))              # externalize_modules + to_edge_transform_and_lower
+    save_pte(lowered, "model.pte")                 # to_executorch + write_to_file, atomically
+
+Everything here is the public API composed the way the README's "Use"
+section spells it out; reach for the pieces when a step needs changing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from coreai_partitioner._compat import ExternalizeSpec, get_default_compile_config
+from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
+from coreai_partitioner.partition.partitioner import CoreAIPartitioner
+from coreai_partitioner.lowering.passes import get_default_passes
+from coreai_partitioner.lowering.precision import cast_sample, check_dtype, floating_as
+from coreai_partitioner.records.specs import default_specs
+
+#: A program ready to lower: what :func:`export_with_composites` returns.
+Exported = tuple[ExportedProgram, ExternalizedModules]
+
+
+def export_with_composites(
+    model: torch.nn.Module,
+    sample: Sequence[Any],
+    *,
+    specs: Sequence[type | ExternalizeSpec] | None = None,
+    dynamic_shapes: Any = None,
+    dtype: torch.dtype | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
+) -> Exported:
+    """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
+
+    ``specs`` defaults to :func:`default_specs`; ``dynamic_shapes`` is
+    ``torch.export.export``'s.  ``dtype`` exports the model's floating weights,
+    buffers and sample in that dtype (the model itself is left as it is;
+    :mod:`.precision`).  ``quantize`` (a scheme of
+    :data:`coreai_partitioner.quantize.schemes.SCHEMES`: ``"int8"``, ``"int4"``,
+    ``"int4-channel"``, ``"palettize4"``, ``"palettize8"``,
+    ``"palettize4-mixed"``; a :class:`~coreai_partitioner.quantize.schemes.Scheme`; or a
+    coreai-opt ``QuantizerConfig``) stores the weights outside the composites
+    compressed with :func:`coreai_partitioner.quantize.quantize`, leaving
+    ``keep_float`` layers in floating point.  Returns the program and its records.
+    """
+    from coreai_torch import get_decomp_table
+
+    if dtype is not None:
+        check_dtype(dtype)
+    if quantize is not None:
+        _check_quantize(quantize)
+    sample = tuple(sample) if dtype is None else cast_sample(sample, dtype)
+
+    def export_fn(module: torch.nn.Module) -> ExportedProgram:
+        with torch.no_grad():
+            program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
+        return program if quantize is not None else program.run_decompositions(get_decomp_table())
+
+    with floating_as(model, dtype):
+        program, records = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
+    if quantize is not None:
+        from coreai_partitioner.quantize import quantize as quantize_weights
+
+        program = quantize_weights(
+            program, quantize, records=records, example_inputs=sample, dynamic_shapes=dynamic_shapes, keep_float=keep_float
+        )
+    return program, records
+
+
+def _check_quantize(scheme: Any) -> None:
+    import importlib.util
+
+    from coreai_partitioner.quantize.schemes import SCHEMES, Scheme
+
+    if isinstance(scheme, str) and scheme not in SCHEMES:
+        raise ValueError(
+            f"quantize={scheme!r} is not a scheme; choose one of {', '.join(map(repr, SCHEMES))}, "
+            "or pass a coreai_opt.quantization.QuantizerConfig"
+        )
+    palettized = isinstance(scheme, (str, Scheme)) and (SCHEMES[scheme] if isinstance(scheme, str) else scheme).palettized
+    if not palettized and importlib.util.find_spec("coreai_opt") is None:
+        raise ValueError(f"quantize={scheme!r} needs coreai-opt: pip install 'coreai-partitioner[quantize]'")
+
+
+def lower_exported(
+    programs: Exported | Mapping[str, Exported],
+    *,
+    transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
+    constant_methods: Mapping[str, Any] | None = None,
+    generate_etrecord: bool = False,
+    **partitioner_options: Any,
+) -> Any:
+    """``to_edge_transform_and_lower`` with one :class:`CoreAIPartitioner` per method.
+
+    ``programs`` is one ``(program, records)`` pair (the method ``forward``)
+    or ``{method: (program, records)}``.  ``transform`` runs on each program
+    before lowering (quantization, say); records stay valid, since call sites
+    are found by op target.  ``generate_etrecord`` is ExecuTorch's: the
+    ``to_executorch()`` result's ``get_etrecord()`` returns it (it holds
+    copies of the programs, weights included).  Returns the ``EdgeProgramManager``.
+    """
+    from executorch.exir import to_edge_transform_and_lower
+
+    if isinstance(programs, tuple):
+        programs = {"forward": programs}
+    exported = {name: program for name, (program, _) in programs.items()}
+    if transform is not None:
+        exported = {name: transform(program) for name, program in exported.items()}
+    return to_edge_transform_and_lower(
+        exported,
+        partitioner={
+            name: [CoreAIPartitioner(externalized_modules=records, **partitioner_options)]
+            for name, (_, records) in programs.items()
+        },
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+        constant_methods=dict(constant_methods) if constant_methods else None,
+        generate_etrecord=generate_etrecord,
+    )
+
+
+def lower(
+    model: torch.nn.Module,
+    sample: Sequence[Any],
+    *,
+    specs: Sequence[type | ExternalizeSpec] | None = None,
+    dynamic_shapes: Any = None,
+    dtype: torch.dtype | None = None,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
+    transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
+    constant_methods: Mapping[str, Any] | None = None,
+    generate_etrecord: bool = False,
+    **partitioner_options: Any,
+) -> Any:
+    """Export ``model`` on ``sample`` with its composites and lower it for Core AI.
+
+    :func:`export_with_composites` (``dtype``, ``quantize``) then
+    :func:`lower_exported`; the options of both, and every
+    :class:`CoreAIPartitioner` option.  Returns the ``EdgeProgramManager``
+    (``.to_executorch()``, or :func:`save_pte`).
+    """
+    exported = export_with_composites(
+        model, sample, specs=specs, dynamic_shapes=dynamic_shapes, dtype=dtype, quantize=quantize, keep_float=keep_float
+    )
+    return lower_exported(
+        exported,
+        transform=transform,
+        constant_methods=constant_methods,
+        generate_etrecord=generate_etrecord,
+        **partitioner_options,
+    )
+
+
+def save_pte(lowered: Any, path: str | os.PathLike) -> Path:
+    """Write the ``.pte`` of ``lowered`` (an ``EdgeProgramManager`` or its ``to_executorch()``).
+
+    Streams with ``write_to_file`` (``program.buffer`` would hold one more
+    copy of the weights in memory) into a temporary file beside ``path``, then
+    renames it into place: a failure never leaves a half-written ``.pte``.
+    Returns the path.
+    """
+    program = lowered.to_executorch() if hasattr(lowered, "to_executorch") else lowered
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            program.write_to_file(file)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path

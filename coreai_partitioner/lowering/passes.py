@@ -1,0 +1,132 @@
+"""The edge passes Core AI lowering needs, for static and dynamic shapes alike: :func:`get_default_passes`.
+
+Upstream's ``NarrowToCoreAIDtypesPass`` (ExecuTorch 1.5.1,
+``backends/apple/coreai/passes/narrow_dtypes.py``) re-propagates dtypes with a
+fresh ``FakeTensorProp``, whose new fake mode has no shape environment: on a
+program exported with a dynamic dim (an LLM's token count ``T``) it fails on
+the first symbolic ``expand_copy`` ("SymIntArrayRef expected to contain only
+concrete integers").  :class:`NarrowToCoreAIDtypes` does the same narrowing and
+re-propagates in the program's own fake mode, so the symbols stay the
+program's.
+
+:class:`SplitSymbolicSizes` keeps a symbolic size off a delegate's boundary.
+"""
+
+from __future__ import annotations
+
+import torch
+from executorch.exir.pass_base import PassResult
+from torch.fx import GraphModule
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+from coreai_partitioner import _compat
+
+_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
+
+
+class NarrowToCoreAIDtypes:
+    """Cast 64-bit graph inputs to 32 bits right after their placeholder, keep the I/O dtypes.
+
+    Tensors the graph makes from scalars alone (``arange``, ``full``) are made
+    32-bit too, so an attention mask built from positions stays inside the
+    delegate (upstream leaves them 64-bit, outside it).  The interior (what the Core AI delegate sees) becomes 32-bit; 32-bit values
+    feeding an originally 64-bit output are cast back.  The inserted casts
+    keep a 64-bit operand, so op support leaves them outside the delegate.
+    """
+
+    def __call__(self, graph_module: GraphModule) -> PassResult:
+        graph = graph_module.graph
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        factories = [n for n in graph.nodes if _is_64bit_factory(n)]
+        if not factories and not any(_is_64bit(p.meta.get("val")) for p in placeholders):
+            return PassResult(graph_module, False)
+        to_copy = _to_copy_for(graph)
+        output = graph.output_node()
+        output_dtypes = [_val(arg).dtype if _is_64bit(_val(arg)) else None for arg in output.args[0]]
+
+        for placeholder in placeholders:
+            val = placeholder.meta.get("val")
+            if not _is_64bit(val):
+                continue
+            with graph.inserting_after(placeholder):
+                cast = graph.call_function(to_copy, (placeholder,), {"dtype": _NARROW[val.dtype]})
+            placeholder.replace_all_uses_with(cast)
+            cast.args = (placeholder,)
+
+        for factory in factories:
+            factory.kwargs = {**factory.kwargs, "dtype": _NARROW[factory.meta["val"].dtype]}
+
+        inputs = [p.meta["val"] for p in placeholders]
+        fake_mode = _compat.detect_fake_mode(inputs)
+        propagation = FakeTensorProp(graph_module, mode=fake_mode)
+        if fake_mode is None:
+            propagation.propagate(*inputs)
+        else:
+            propagation.propagate_dont_convert_inputs(*inputs)
+
+        outputs = list(output.args[0])
+        for index, dtype in enumerate(output_dtypes):
+            arg = outputs[index]
+            value = _val(arg)
+            if dtype is None or not isinstance(value, torch.Tensor) or value.dtype == dtype:
+                continue
+            with graph.inserting_before(output):
+                widen = graph.call_function(to_copy, (arg,), {"dtype": dtype})
+            widen.meta["val"] = value.to(dtype)
+            outputs[index] = widen
+        output.args = (tuple(outputs),)
+        graph_module.recompile()
+        return PassResult(graph_module, True)
+
+
+class SplitSymbolicSizes:
+    """Give every reader of a symbolic size its own ``sym_size``, so each goes where its reader goes.
+
+    A ``sym_size`` read both by an op a Core AI delegate takes and by one it
+    does not would be one node on the delegate's boundary, a symbolic scalar
+    the delegate cannot return.  With one ``sym_size`` per reader, op support
+    leaves out the ones whose reader stays outside (they read the size of a
+    tensor outside too).
+    """
+
+    def __call__(self, graph_module: GraphModule) -> PassResult:
+        graph = graph_module.graph
+        modified = False
+        for node in list(graph.nodes):
+            if _compat.aten_op(node.target) is not torch.ops.aten.sym_size.int or len(node.users) < 2:
+                continue
+            for user in list(node.users)[1:]:
+                with graph.inserting_after(node):
+                    copy = graph.node_copy(node)
+                user.replace_input_with(node, copy)
+                modified = True
+        if modified:
+            graph_module.recompile()
+        return PassResult(graph_module, modified)
+
+
+def get_default_passes() -> list:
+    """The edge transform passes Core AI lowering needs, for static and dynamic shapes alike."""
+    return [SplitSymbolicSizes(), NarrowToCoreAIDtypes()]
+
+
+def _to_copy_for(graph: torch.fx.Graph):
+    if any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function"):
+        return _compat.edge_ops.edge.aten._to_copy.default
+    return torch.ops.aten._to_copy.default
+
+
+def _val(arg):
+    return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+
+
+def _is_64bit_factory(node: torch.fx.Node) -> bool:
+    """A node making a 64-bit tensor from scalars alone (``arange(0, L)``: HF's attention mask)."""
+    if node.op != "call_function" or node.all_input_nodes or not _is_64bit(node.meta.get("val")):
+        return False
+    schema = _compat.op_schema(node.target)
+    return schema is not None and any(argument.name == "dtype" for argument in schema.arguments)
+
+
+def _is_64bit(val) -> bool:
+    return isinstance(val, torch.Tensor) and val.dtype in _NARROW

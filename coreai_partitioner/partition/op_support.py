@@ -1,0 +1,184 @@
+"""Which nodes a Core AI delegate takes: upstream's rules, plus externalized call sites.
+
+Upstream's ``_OperatorsSupportedForCoreAIBackend`` decides for ordinary ops;
+an externalized call site is taken when the partitioner paired it with a
+record and the delegate can carry its operands.  Where this differs from
+upstream, the reason is in the method that differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+from typing import Any
+
+import torch
+
+from coreai_partitioner import _compat
+from coreai_partitioner.records.call_sites import externalized_op_name
+
+logger = logging.getLogger("coreai_partitioner.partition.partitioner")
+
+
+class OperatorSupport(_compat.UpstreamOperatorSupport):
+    """Upstream's op support, plus the externalized call sites that have a record.
+
+    Rejected call sites are kept with the reason, for the error that follows.
+    """
+
+    def __init__(self, claimable: set[str], unpaired: dict[str, str]) -> None:
+        """``claimable``: call sites paired with a record; ``unpaired``: why others are not."""
+        super().__init__(log=logger.isEnabledFor(logging.INFO))
+        self._claimable = claimable
+        self._unpaired = unpaired
+        self.rejected: dict[str, str] = {}
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        if node.op == "call_function" and _in_narrowed_index(node):
+            # topk's int64 indices, narrowed to int32 right away: coreai-torch converts topk with si32
+            # indices, so no int64 value exists in the delegate or crosses its boundary (MoE routers).
+            return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
+        if node.op == "call_function" and _is_bool_mul(node):
+            # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
+            return False
+        if node.op == "call_function" and _is_index_put(node) and _symbolic_beyond_dim0(node):
+            # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
+            return False
+        if node.op == "call_function" and is_symbolic_scalar(node.meta.get("val")) and not self._readers_inside(submodules, node):
+            return False  # a delegate cannot return it: the scalar stays with its readers, outside
+        if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
+            return self._supports_symbolic(node)
+        if node.op != "call_function" or externalized_op_name(node.target) is None:
+            return super().is_node_supported(submodules, node)
+        reason = self._rejection(node)
+        if reason is not None:
+            self.rejected[node.name] = reason
+        return reason is None
+
+    def _rejection(self, node: torch.fx.Node) -> str | None:
+        if node.name in self._unpaired:
+            return (
+                self._unpaired[node.name] + "; re-run externalize_modules on the "
+                "transformed model (see the UserWarning above)"
+            )
+        if node.name not in self._claimable:
+            return (
+                "it has no record: pass the records externalize_modules returned for "
+                "this program as CoreAIPartitioner(externalized_modules=records)"
+            )
+        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False):
+            return (
+                "it is marked do_not_delegate, and nothing outside a Core AI delegate can run "
+                "a composite op; remove the mark, or leave its class out of the specs to keep "
+                "it as ordinary operators"
+            )
+        for val in _compat.node_tensor_vals(node):
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return "it takes a symbolic scalar, which a Core AI delegate cannot take"
+            if isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64):
+                return (
+                    f"it takes or returns a {val.dtype} tensor, which a Core AI delegate "
+                    "cannot carry; cast it to 32 bits before the call inside the model "
+                    "(get_default_passes() narrows only 64-bit graph inputs)"
+                )
+        return None
+
+    def _readers_inside(self, submodules: Any, node: torch.fx.Node) -> bool:
+        """Whether every reader of ``node`` (a symbolic scalar) is one a delegate takes."""
+        return all(user.op == "call_function" and self.is_node_supported(submodules, user) for user in node.users)
+
+    def _supports_symbolic(self, node: torch.fx.Node) -> bool:
+        """An op with a symbolic scalar operand (a view or expand over an LLM's token count ``T``, ``sym_size``).
+
+        Upstream rejects every node with a SymInt operand, so a program exported
+        with a dynamic dim splits into many delegates and its state leaves them.
+        coreai-torch converts such ops with symbolic shapes; a SymInt never
+        crosses the delegate boundary as long as the ``sym_size`` producing it is
+        inside too, which this also accepts.
+        """
+        if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not _compat.is_coreai_supported_target(node.target):
+            return False
+        if any(_from_scalar_input(arg) for arg in node.all_input_nodes):
+            return False  # a symbolic scalar the program takes as an input cannot be a Core AI input
+        return not any(
+            isinstance(val, torch.Tensor) and val.dtype in (torch.int64, torch.float64)
+            for val in _compat.node_tensor_vals(node)
+        )
+
+
+def is_symbolic_scalar(value: Any) -> bool:
+    """``value`` (a node's ``meta["val"]``) is a symbolic int, float or bool."""
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _from_scalar_input(node: torch.fx.Node) -> bool:
+    """Whether ``node`` is a symbolic scalar computed from a scalar the program takes as an input."""
+    pending, seen = [node], set()
+    while pending:
+        current = pending.pop()
+        if current in seen or not is_symbolic_scalar(current.meta.get("val")):
+            continue
+        seen.add(current)
+        if current.op == "placeholder":
+            return True
+        pending.extend(current.all_input_nodes)
+    return False
+
+
+def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
+    return any(is_symbolic_scalar(val) for val in _compat.node_tensor_vals(node))
+
+
+def _is_index_put(node: torch.fx.Node) -> bool:
+    return _compat.aten_op(node.target) in (torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)
+
+
+def _symbolic_beyond_dim0(node: torch.fx.Node) -> bool:
+    return any(
+        isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape[1:])
+        for val in _compat.node_tensor_vals(node)
+    )
+
+
+def _is_int32_cast(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and _compat.aten_op(node.target) is torch.ops.aten._to_copy.default
+        and node.kwargs.get("dtype") == torch.int32
+        and set(node.kwargs) <= {"dtype"}
+    )
+
+
+def _narrowed_indices(getitem: torch.fx.Node) -> bool:
+    """``getitem`` takes topk's indices, and every user casts them to int32."""
+    source = getitem.args[0] if getitem.target is operator.getitem and getitem.args else None
+    return (
+        isinstance(source, torch.fx.Node)
+        and source.op == "call_function"
+        and _compat.aten_op(source.target) is torch.ops.aten.topk.default
+        and getitem.args[1] == 1
+        and bool(getitem.users)
+        and all(_is_int32_cast(user) for user in getitem.users)
+    )
+
+
+def _in_narrowed_index(node: torch.fx.Node) -> bool:
+    """``node`` is a topk whose indices are only ever narrowed to int32, that narrowing's getitem, or its cast."""
+    target = _compat.aten_op(node.target)
+    if target is torch.ops.aten.topk.default:
+        indices = [user for user in node.users if user.target is operator.getitem and user.args[1] == 1]
+        return all(_narrowed_indices(user) for user in indices)
+    if node.target is operator.getitem:
+        return _narrowed_indices(node)
+    if _is_int32_cast(node):
+        source = node.args[0]
+        return isinstance(source, torch.fx.Node) and _narrowed_indices(source)
+    return False
+
+
+def _is_bool_mul(node: torch.fx.Node) -> bool:
+    target = _compat.aten_op(node.target)
+    if target not in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul.Scalar):
+        return False
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype == torch.bool

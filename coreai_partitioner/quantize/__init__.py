@@ -1,0 +1,128 @@
+"""Weight-only quantization between ``externalize_modules`` and lowering: coreai-opt's integers, or look-up tables.
+
+Where it goes in the flow::
+
+    ep, records = externalize_modules(model, default_specs(),
+                                      export_fn=lambda m: torch.export.export(m, sample, dynamic_shapes=shapes))
+    ep = quantize(ep, "int4-channel", records=records, dynamic_shapes=shapes)   # decomposes it too
+    quantized_eager = ep.module()                   # the reference for verify, before lowering consumes ep
+    lowered = to_edge_transform_and_lower(ep, partitioner=[CoreAIPartitioner(externalized_modules=records)], ...)
+
+``scheme`` is a name of :data:`SCHEMES` (what each stores:
+:mod:`coreai_partitioner.quantize.schemes`), a :class:`~.schemes.Scheme`, or a
+coreai-opt ``QuantizerConfig``.  Every shape is checked against the scheme
+first, and a weight it cannot store is an error naming its layer and the ways
+out (``keep_float=[...]``, a smaller block or group) before any work.
+
+The ``palettize*`` schemes are :func:`coreai_partitioner.quantize.palettize.palettize`'s
+(k-means look-up tables; the program may be decomposed already).  The
+``int`` schemes run coreai-opt (graph mode, built on PT2E), which re-exports
+the whole-model program, where every composite call site is one opaque
+``coreai_torch_ext::<op>`` node: it quantizes the Linear and embedding
+weights outside the composites and never looks inside them, so the records'
+own sub-exports (the composite bodies) stay float and keep pairing with
+their call sites by op target.  Each quantized weight becomes an int8 or
+int4 constant feeding ``coreai.constexpr_blockwise_shift_scale``, which
+coreai-torch converts as such: the Core AI asset stores the weight
+compressed and expands it on device, so the ``.pte`` is really smaller.
+Embeddings (and a lm_head tied to one) are int8 per channel under every
+``int`` scheme.
+
+For the ``int`` schemes quantize *before* ``run_decompositions``: coreai-opt
+finds Linear layers by their ``aten.linear`` pattern, which coreai-torch's
+decomposition table turns into ``permute`` + ``mm``.  A weight that coreai-opt
+cannot quantize is an error naming its layer (or pass the layer in
+``keep_float``); so is a configuration that names a layer inside a composite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.export import ExportedProgram
+
+from coreai_partitioner.quantize import schemes
+from coreai_partitioner.quantize.checks import check_int_shapes, check_model
+from coreai_partitioner.quantize.coreai_opt import quantize_with_coreai_opt, quantizer_config
+from coreai_partitioner.quantize.schemes import QuantizationError, Scheme
+from coreai_partitioner.quantize.weight_forms import DECOMPRESS_OP, LUT_OP
+
+__all__ = [
+    "DECOMPRESS_OP",
+    "LUT_OP",
+    "SCHEMES",
+    "QuantizationError",
+    "check_model",
+    "quantize",
+    "quantizer_config",
+    "uses_coreai_opt",
+]
+
+#: What each scheme name means (:data:`coreai_partitioner.quantize.schemes.SCHEMES` holds the schemes themselves).
+SCHEMES = {name: str(s) for name, s in schemes.SCHEMES.items()}
+
+
+def uses_coreai_opt(scheme: str | Scheme | Any) -> bool:
+    """Whether ``scheme`` runs coreai-opt's quantizer, which needs the program before ``run_decompositions``."""
+    return not isinstance(scheme, (str, Scheme)) or not schemes.scheme(scheme).palettized
+
+
+def quantize(
+    exported_program: ExportedProgram,
+    scheme: str | Scheme | Any = "int8",
+    *,
+    records: Sequence[Any] | None = None,
+    example_inputs: tuple[Any, ...] | None = None,
+    dynamic_shapes: Any = None,
+    keep_float: Sequence[str] = (),
+    block_size: int | None = None,
+    group_size: int | None = None,
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+) -> ExportedProgram:
+    """Quantize the weights of ``exported_program`` outside its composites; return a program to lower.
+
+    ``exported_program`` is what ``externalize_modules`` returned, not yet run
+    through ``run_decompositions`` (a ``palettize*`` scheme takes it either
+    way).  ``scheme`` is a name of :data:`SCHEMES`, a :class:`~.schemes.Scheme`
+    or a coreai-opt ``QuantizerConfig`` (graph mode; name modules by their
+    path in the program, never a module type); ``block_size`` and
+    ``group_size`` resize its int4 blocks or look-up table groups.
+    ``records`` (the ones ``externalize_modules`` returned) are checked to
+    still pair with the quantized program's call sites.  ``example_inputs``
+    default to the program's own; a program exported with dynamic dimensions
+    needs the same ``dynamic_shapes`` again (coreai-opt and the final export
+    re-export it).  ``keep_float`` names layers to leave in floating point
+    (module paths, or parameter names); any other weight the scheme cannot
+    store is an error.
+
+    The result is decomposed with ``decompositions`` (coreai-torch's table by
+    default), ready for ``to_edge_transform_and_lower``; its ``module()`` is
+    the quantized eager model.  The input program is left as it was.
+    """
+    if decompositions is None:
+        from coreai_torch import get_decomp_table
+
+        decompositions = get_decomp_table()
+    if isinstance(scheme, (str, Scheme)):
+        scheme = schemes.scheme(scheme, group_size=group_size, block_size=block_size)
+        if scheme.palettized:
+            from coreai_partitioner.quantize.palettize import palettize
+
+            palettized = palettize(exported_program, scheme, records=records, keep_float=keep_float)
+            return _decomposed(palettized, decompositions)
+        check_int_shapes(exported_program, scheme, keep_float)
+    return quantize_with_coreai_opt(
+        exported_program, scheme, records, example_inputs, dynamic_shapes, keep_float, decompositions
+    )
+
+
+def _decomposed(program: ExportedProgram, decompositions: Mapping[Any, Callable[..., Any]]) -> ExportedProgram:
+    """``program`` decomposed with ``decompositions``, unless no op of the table is left in it."""
+    from executorch.exir.graph_module import contains_any_call_fn_target_op
+
+    if contains_any_call_fn_target_op(program.graph_module, list(decompositions)):
+        with torch.no_grad():
+            return program.run_decompositions(decompositions)
+    return program

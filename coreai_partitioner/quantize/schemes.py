@@ -1,0 +1,149 @@
+"""What each ``quantize=`` scheme stores, and whether every weight's shape fits it, checked before any work.
+
+A :class:`Scheme` says how Linear weights (and MoE experts) and how
+embeddings (an embedding tied to the lm_head is one tensor) are stored, each
+as a :class:`~.weight_forms.Form`:
+
+========================  ====================================  ==================================
+scheme                    Linear weights, experts               embeddings, a tied lm_head
+========================  ====================================  ==================================
+``int8``                  int8 per output channel               int8 per output channel
+``int4``                  int4 in blocks of 32 input channels   int8 per output channel
+``int4-channel``          int4 per output channel               int8 per output channel
+``palettize4``            4-bit tables per 32 output channels   4-bit tables per 32 rows
+``palettize8``            8-bit tables per 32 output channels   8-bit tables per 32 rows
+``palettize4-mixed``      ``palettize4``; the weights 4 bits    8-bit tables per 32 rows
+                          fit worst, up to 1/8 of them, at 8
+========================  ====================================  ==================================
+
+The ``int`` schemes run through coreai-opt's quantizer
+(:mod:`.quantize`), the tables through :mod:`.palettize`.  A group of a
+look-up table is ``size`` consecutive output channels (rows of a Linear's
+``[out, in]`` weight, of an embedding's ``[vocab, width]``) sharing one
+table of ``2 ** bits`` values, 32 by default as Apple's coreai-models preset
+``4bit_weight_palettized_group32``; each weight stores only its index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from coreai_partitioner.quantize.weight_forms import Form
+
+__all__ = ["SCHEMES", "Planned", "QuantizationError", "Scheme", "check_fits", "scheme"]
+
+
+class QuantizationError(ValueError):
+    """A layer a scheme cannot store, or a configuration it cannot apply; the message names it and the way out."""
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """A ``quantize=`` scheme: the form of Linear weights and of embeddings; for a mixed scheme, the form the
+    Linear weights 4 bits fit worst are promoted to, up to ``promoted_share`` of those weights."""
+
+    name: str
+    linear: Form
+    embedding: Form
+    promoted: Form | None = None
+    promoted_share: float = 0.0
+
+    @property
+    def palettized(self) -> bool:
+        """Look-up tables (:mod:`.palettize`), not coreai-opt's integers."""
+        return self.linear.kind == "lut"
+
+    def __str__(self) -> str:
+        text = f"{self.name}: Linear weights {self.linear}"
+        if self.promoted is not None:
+            text += f" (the {self.promoted_share:.0%} 4 bits fit worst: {self.promoted})"
+        return text + f"; embeddings {self.embedding}"
+
+    def sized(self, *, group_size: int | None = None, block_size: int | None = None) -> Scheme:
+        """The same scheme with other look-up table groups (``group_size``) or int blocks (``block_size``)."""
+
+        def resize(form: Form | None) -> Form | None:
+            if form is None:
+                return None
+            if form.kind == "lut" and group_size is not None:
+                return dataclasses.replace(form, size=group_size)
+            if form.kind == "int" and form.size is not None and block_size is not None:
+                return dataclasses.replace(form, size=block_size)
+            return form
+
+        return dataclasses.replace(
+            self, linear=resize(self.linear), embedding=resize(self.embedding), promoted=resize(self.promoted)
+        )
+
+
+_CHANNEL8 = Form("int", 8)
+SCHEMES = {
+    s.name: s
+    for s in (
+        Scheme("int8", Form("int", 8), _CHANNEL8),
+        Scheme("int4", Form("int", 4, 32), _CHANNEL8),
+        Scheme("int4-channel", Form("int", 4), _CHANNEL8),
+        Scheme("palettize4", Form("lut", 4, 32), Form("lut", 4, 32)),
+        Scheme("palettize8", Form("lut", 8, 32), Form("lut", 8, 32)),
+        Scheme("palettize4-mixed", Form("lut", 4, 32), Form("lut", 8, 32), promoted=Form("lut", 8, 32), promoted_share=1 / 8),
+    )
+}
+
+
+def scheme(name: str | Scheme, *, group_size: int | None = None, block_size: int | None = None) -> Scheme:
+    """The :class:`Scheme` called ``name`` (one of :data:`SCHEMES`), its groups or blocks resized if asked."""
+    if isinstance(name, Scheme):
+        found = name
+    elif name in SCHEMES:
+        found = SCHEMES[name]
+    else:
+        raise ValueError(
+            f"no quantization scheme named {name!r}; choose one of {', '.join(SCHEMES)}, "
+            "or pass a coreai_opt.quantization.QuantizerConfig"
+        )
+    return found.sized(group_size=group_size, block_size=block_size) if group_size or block_size else found
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One weight a scheme stores: its parameter ``name``, ``layer`` (the module holding it), ``shape``, output
+    ``axis`` and the ``form`` the scheme gives it."""
+
+    name: str
+    layer: str
+    shape: tuple[int, ...]
+    form: Form
+    axis: int = 0
+
+
+def check_fits(planned: Sequence[Planned], scheme_name: str) -> None:
+    """Raise :class:`QuantizationError` naming every weight whose shape its form does not fit, and the ways out."""
+    misfits = [(p, p.form.misfit(p.shape, p.axis)) for p in planned]
+    misfits = [(p, reason) for p, reason in misfits if reason is not None]
+    if not misfits:
+        return
+    listed = "; ".join(f"{p.name} {list(p.shape)} as {p.form}: {reason}" for p, reason in misfits)
+    layers = sorted({p.layer or p.name for p, _ in misfits})
+    fixes = [
+        f"keep {'it' if len(layers) == 1 else 'them'} float (keep_float=[{', '.join(map(repr, layers))}]; "
+        f"examples/export_llm.py --keep-float {' '.join(layers)})"
+    ]
+    smaller = _smaller_size(misfits)
+    if smaller is not None:
+        keyword = "group_size" if misfits[0][0].form.kind == "lut" else "block_size"
+        fixes.append(f"or use {keyword}={smaller}, which divides them (quantize=schemes.scheme({scheme_name!r}, {keyword}={smaller}))")
+    raise QuantizationError(f"{scheme_name} cannot store {len(misfits)} weight(s): {listed}. Either {', '.join(fixes)}.")
+
+
+def _smaller_size(misfits: list[tuple[Planned, str]]) -> int | None:
+    """The largest group or block size dividing every misfit's channels, when there is one above 1."""
+    kinds = {p.form.kind for p, _ in misfits}
+    if len(kinds) != 1 or any(len(p.shape) < p.axis + 2 for p, _ in misfits):
+        return None
+    size = 0
+    for p, _ in misfits:
+        size = math.gcd(size, p.form.size or 0, p.shape[p.axis] if p.form.kind == "lut" else p.shape[-1])
+    return size if size > 1 else None

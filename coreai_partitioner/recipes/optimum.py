@@ -1,0 +1,102 @@
+"""optimum-executorch recipes that export with this project's LLM path: ``coreai``, ``coreai_fp16``, one per weight
+scheme, and ``coreai_device``.
+
+optimum-executorch 1.1.0 finds recipes only in its own package
+(``discover_recipes`` imports ``optimum.exporters.executorch.recipes.*``), but
+keeps every recipe ever registered, so importing this module is enough::
+
+    import coreai_partitioner.recipes.optimum  # registers the recipes and the host Core AI runtime backend
+    from optimum.executorch import ExecuTorchModelForCausalLM
+    model = ExecuTorchModelForCausalLM.from_pretrained("path/to/checkpoint", recipe="coreai", task="text-generation")
+    model.text_generation(tokenizer, "Hello", max_seq_len=64)
+
+From the shell, ``python -m coreai_partitioner export-optimum --model DIR
+--recipe coreai --output-dir OUT`` does what ``optimum-cli export executorch``
+does with the recipe registered first (optimum-cli cannot discover a recipe
+outside its package).
+
+A recipe takes optimum's ``CausalLMExportableModule`` and lowers its
+Hugging Face model with :func:`coreai_partitioner.llm.lower_decoder`: one
+Core AI delegate with the composites, the caches as its state, and
+ExecuTorch's runner metadata.  ``forward(input_ids [1, T], cache_position [T])``
+returns the last position's logits, which optimum's ``generate`` reads
+(``argmax(logits)[0, -1]``).  The context is optimum's ``max_seq_len``, and
+one call takes a prompt that long (optimum prefills in one call when the
+method's second input takes more than one position).  ``coreai_device``
+exports the device form (:mod:`coreai_partitioner.llm.device`), which
+upstream's on-device runtime loads: its ``forward`` takes one token, so
+optimum feeds the prompt token by token, and a ``prefill`` method of
+:data:`DEVICE_PREFILL_CHUNK` tokens rides along.  Needs the transformers
+optimum-executorch pins (5.0.0rc1).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: recipe name -> (dtype the model is cast to, or None for as loaded; weight quantization; target)
+RECIPES = {
+    "coreai": (None, None, "host"),
+    "coreai_fp16": ("float16", None, "host"),
+    "coreai_int8": (None, "int8", "host"),
+    "coreai_int4": (None, "int4", "host"),
+    "coreai_int4_channel": (None, "int4-channel", "host"),
+    "coreai_palettize4": (None, "palettize4", "host"),
+    "coreai_palettize8": (None, "palettize8", "host"),
+    "coreai_palettize4_mixed": (None, "palettize4-mixed", "host"),
+    "coreai_device": (None, None, "device"),
+    "coreai_device_palettize4": (None, "palettize4", "device"),
+}
+
+#: The device form's ``prefill`` chunk (at most the context, and at most a sliding window: see llm.device).
+DEVICE_PREFILL_CHUNK = 32
+
+
+def export(
+    model: Any, *, dtype: str | None = None, quantize: str | None = None, target: str = "host", **kwargs: Any
+) -> dict[str, Any]:
+    """An optimum-executorch recipe: ``{"model": ExecutorchProgramManager}`` of ``model`` (its exportable wrapper)."""
+    import torch
+
+    from coreai_partitioner import llm
+
+    if kwargs:
+        logger.info("coreai recipe: ignoring %s", ", ".join(sorted(kwargs)))
+    hf_model = getattr(model, "model", model)
+    if dtype is not None:
+        hf_model = hf_model.to(getattr(torch, dtype))
+    metadata = getattr(model, "metadata", {}) or {}
+    context = int(metadata.get("get_max_seq_len") or 2048)
+    chunk = context if target == "host" else min(context, DEVICE_PREFILL_CHUNK)
+    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=chunk, target=target)
+    lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize)
+    return {"model": lowered.to_executorch()}
+
+
+def register() -> list[str]:
+    """Register the recipes with optimum-executorch and the host Core AI backend with ExecuTorch; their names."""
+    from optimum.exporters.executorch.recipe_registry import register_recipe
+
+    from coreai_partitioner import load_runtime_backend
+
+    for name, (dtype, quantize, target) in RECIPES.items():
+        register_recipe(name)(functools.partial(export, dtype=dtype, quantize=quantize, target=target))
+    load_runtime_backend()  # optimum loads the .pte with ExecuTorch's _load_for_executorch
+    return list(RECIPES)
+
+
+def main_export(model: str, output_dir: str, recipe: str = "coreai", **kwargs: Any) -> Any:
+    """optimum-executorch's ``main_export`` for a causal LM, the coreai recipes registered first."""
+    from optimum.exporters.executorch import main_export as optimum_export
+
+    if recipe not in RECIPES:
+        raise ValueError(f"no recipe named {recipe!r}; this project's are {', '.join(RECIPES)}")
+    register()
+    return optimum_export(model, task="text-generation", recipe=recipe, output_dir=output_dir, **kwargs)
+
+
+register()

@@ -1,0 +1,33 @@
+"""Step 5, run and verify what ships: a lowered program or a ``.pte`` against eager PyTorch.
+
+    from coreai_partitioner import verify
+    outputs = verify.run(lowered, tokens)               # Core AI + PyTorch
+    report = verify.check(lowered, model, tokens)       # against eager
+    report.raise_for_mismatch()
+
+- :mod:`.execution`: run a program, its delegates from the asset that ships.
+- :mod:`.report`: compare outputs element by element (:func:`check`, :func:`compare`).
+- :mod:`.fidelity`: judge a low-precision program against its fp32 model by SNR, PSNR and top-1.
+- :mod:`.quantized`: a quantized program against its quantized eager model, the float error reported.
+- :mod:`.describe`: what a ``.pte`` ships (``python -m coreai_partitioner inspect``).
+- :mod:`.testing`: one-call checks for CI jobs.
+"""
+
+from coreai_partitioner.verify.report import OutputComparison, Report, check, compare, default_tolerances
+from coreai_partitioner.verify.execution import UnsupportedProgram, clear_cache, compiled_assets, reset_state, run
+from coreai_partitioner.verify.quantized import QuantizedReport, check_quantized
+
+__all__ = [
+    "OutputComparison",
+    "QuantizedReport",
+    "Report",
+    "UnsupportedProgram",
+    "check",
+    "check_quantized",
+    "clear_cache",
+    "compare",
+    "compiled_assets",
+    "default_tolerances",
+    "reset_state",
+    "run",
+]

@@ -122,7 +122,7 @@ def _shares_asset(compile_specs: List[CompileSpec]) -> bool:
 def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[CompileSpec]]]) -> Dict[str, PreprocessResult]:
     """Convert the delegates to one asset, a function each by its key, and ship it once; a manifest per delegate."""
     first_specs = next(iter(delegates.values()))[1]
-    sidecar_dir = sidecar_dir(first_specs)
+    sidecar = sidecar_dir(first_specs)
     converted = {function: with_own_graph(program) for function, (program, _) in delegates.items()}
     program = convert_functions(converted, debug_info.requested(first_specs))
 
@@ -151,7 +151,7 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
             function=function,
         )
         handles[function] = debug_handle_map(converted[function].graph, function_bindings[function].get("function", function))
-    if sidecar_dir is None:
+    if sidecar is None:
         _compat.maybe_warn_sidecar_env_ignored()
 
     aot = _compat.get_compile_spec(first_specs, _KEYS.AOT_COMPILE_CONFIG) is not None
@@ -164,7 +164,7 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
         del program  # the IR holds a copy of the weights; release it before reading back
         model_hash = finish_asset(created)
         if aot:
-            result = deliver_aot_compiled(aimodel, model_hash, first_specs, sidecar_dir, function_bindings[first])
+            result = deliver_aot_compiled(aimodel, model_hash, first_specs, sidecar, function_bindings[first])
         else:
             beside = Path(staging) / "beside"
             initial_state: dict = {}
@@ -177,8 +177,8 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
                 **({"initial_state": initial_state} if initial_state else {}),
             }
             # Inline, the asset streams from disk into the .pte, never read whole.
-            packaging = _Packaging.INLINE if sidecar_dir is None else _Packaging.SIDECAR
-            result = deliver(bundles, model_hash, packaging, manifest, sidecar_dir, beside)
+            packaging = _Packaging.INLINE if sidecar is None else _Packaging.SIDECAR
+            result = deliver(bundles, model_hash, packaging, manifest, sidecar, beside)
     results = {first: result}
     shipped = json.loads(result.processed_bytes)
     for function in list(delegates)[1:]:

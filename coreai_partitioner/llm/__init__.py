@@ -25,7 +25,7 @@ The road of a checkpoint:
 """
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
-from coreai_partitioner.llm.blocks import UnsupportedConfig
+from coreai_partitioner.llm.errors import UnsupportedConfig
 from coreai_partitioner.llm.check import DecoderReport, Reference
 from coreai_partitioner.llm.decoder import Decoder, reset_state
 from coreai_partitioner.llm.export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata

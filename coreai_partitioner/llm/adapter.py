@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 from coreai_partitioner.llm import blocks
-from coreai_partitioner.llm.blocks import Attention, AttentionShape, GatedMLP, RopeTable, UnsupportedConfig
+from coreai_partitioner.llm.blocks import Attention, AttentionShape, GatedMLP, RopeTable
 from coreai_partitioner.llm.decoder import Decoder
+from coreai_partitioner.llm.errors import UnsupportedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Build:
     def keep_plain(self, path: str, reason: str) -> None:
         """Record (and log) that ``path`` stays plain ops, and why."""
         self.plain.append((path, reason))
-        blocks.plain(path, reason)
+        logger.info("%s stays plain ops: %s", path, reason)
 
     # ------------------------------------------------------------ which layers slide
 
@@ -148,52 +149,50 @@ class Build:
             kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         return AttentionShape(config.num_attention_heads, kv_heads, head_dim)
 
-    def attention(self, layer: int, attn: nn.Module | None = None, **options: Any) -> Attention:
-        """Llama-style attention over layer ``layer``'s own projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``).
+    def attention(self, layer: int, attn: nn.Module | None = None, *, kind: type[Attention] = Attention, **options: Any) -> Attention:
+        """Attention of class ``kind`` over layer ``layer``'s own projections (``q_proj``, ``k_proj``, ``v_proj``, ``o_proj``).
 
         ``attn`` is the HF attention module (``self_attn`` of the layer by
-        default); ``options`` are :class:`~.blocks.Attention`'s (a family passes
-        its norms, window, RoPE table, ...).  The window defaults to
-        :meth:`window`, the scale to ``attn.scaling``, a partial rotation to
-        the table's width.
+        default); ``kind`` is :class:`~.blocks.Attention` or a family's
+        subclass of it, and ``options`` its keyword arguments (a family passes
+        its norms, window, RoPE table, projections of other names, ...).  The
+        window defaults to :meth:`window`, the scale to ``attn.scaling``, a
+        partial rotation to the table's width.
         """
         attn = attn if attn is not None else self.base.layers[layer].self_attn
         shape = options.pop("shape", None) or self.attention_shape(attn)
-        projections = (
-            {"qkv": attn.qkv_proj}
-            if hasattr(attn, "qkv_proj")
-            else {"q": attn.q_proj, "k": getattr(attn, "k_proj", None), "v": getattr(attn, "v_proj", None)}
-        )
+        for name in ("q", "k", "v", "o"):
+            options.setdefault(name, getattr(attn, f"{name}_proj", None))
         options.setdefault("window", self.window(layer))
         options.setdefault("scale", getattr(attn, "scaling", shape.head_dim**-0.5))
         name = options.setdefault("rope", "default")
         if name is not None and "rope_dims" not in options:
             dims = self.rope(name).dim
             options["rope_dims"] = dims if dims < shape.head_dim else None
-        o = attn.o_proj if hasattr(attn, "o_proj") else attn.out_proj  # LFM2 names it out_proj
         path = f"model.layers.{layer}.self_attn"
-        return Attention(path, shape, o=o, context=self.context, dtype=self.dtype, **projections, **options)
+        return kind(path, shape, context=self.context, dtype=self.dtype, **options)
 
     def mlp(self, mlp: nn.Module, act: str | None = None) -> GatedMLP:
-        """The gated MLP over ``mlp``'s ``gate_proj``/``up_proj``/``down_proj`` (or fused ``gate_up_proj``)."""
-        act = act or getattr(self.config, "hidden_act", None) or self.config.hidden_activation
-        if hasattr(mlp, "gate_up_proj"):
-            return GatedMLP(act, gate_up=mlp.gate_up_proj, down=mlp.down_proj)
-        return GatedMLP(act, gate=mlp.gate_proj, up=mlp.up_proj, down=mlp.down_proj)
+        """The gated MLP over ``mlp``'s ``gate_proj``/``up_proj``/``down_proj``."""
+        return GatedMLP(self.activation(act), gate=mlp.gate_proj, up=mlp.up_proj, down=mlp.down_proj)
 
-    def moe(self, mlp: nn.Module, routing: str, **options: Any) -> blocks.MoE:
-        """:class:`~.blocks.MoE` over an HF sparse MoE block's router (``gate``) and 3-D experts (``experts``).
+    def activation(self, act: str | None = None) -> str:
+        """``act``, or the config's ``hidden_act`` (``hidden_activation``, Gemma)."""
+        return act or getattr(self.config, "hidden_act", None) or self.config.hidden_activation
 
-        ``routing`` is how its router picks experts (:data:`~.blocks.ROUTINGS`);
-        ``options`` are :class:`~.blocks.MoE`'s (a shared expert, ...).
+    def moe(self, mlp: nn.Module, *, renormalize: bool, kind: type[blocks.MoE] = blocks.MoE, **options: Any) -> blocks.MoE:
+        """Experts of class ``kind`` (:class:`~.blocks.MoE` or a family's subclass) over an HF sparse MoE
+        block's router (``gate``) and 3-D experts (``experts``).
+
+        ``renormalize`` is HF's ``norm_topk_prob``; ``options`` are ``kind``'s.
         """
         options.setdefault("act", getattr(self.config, "hidden_act", "silu"))
-        return blocks.MoE(
+        return kind(
             router=mlp.gate.weight,
             gate_up=mlp.experts.gate_up_proj,
             down=mlp.experts.down_proj,
             top_k=mlp.gate.top_k,
-            routing=routing,
+            renormalize=renormalize,
             **options,
         )
 
@@ -205,7 +204,7 @@ class Build:
         return blocks.Block(mixer, mlp, **norms)
 
     def pre_norm_block(
-        self, layer: nn.Module, mixer: nn.Module, mlp: nn.Module | None = None, *, residual_scale: float = 1.0, **norm: bool
+        self, layer: nn.Module, mixer: nn.Module, mlp: nn.Module | None = None, **norm: bool
     ) -> blocks.Block:
         """Llama's layer: ``input_layernorm`` before the mixer, ``post_attention_layernorm`` before the MLP.
 
@@ -217,7 +216,6 @@ class Build:
             mlp if mlp is not None else self.mlp(layer.mlp),
             pre_attn=self.norm(layer.input_layernorm, **norm),
             pre_mlp=self.norm(layer.post_attention_layernorm, **norm),
-            residual_scale=residual_scale,
         )
 
     # ------------------------------------------------------------ the decoder

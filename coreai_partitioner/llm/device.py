@@ -124,7 +124,7 @@ class DeviceStep(Step):
             query = self.positions.unsqueeze(-1)
             return ((keys >= 0.0) & (keys <= query))[None, None]
 
-        return self._memoized(("old_and_new_mask", length), make)
+        return self.memoized(("old_and_new_mask", length), make)
 
     def full_cache(self, key_cache, value_cache, k, v):
         keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
@@ -150,7 +150,7 @@ class DeviceStep(Step):
             slot_positions = torch.where(held >= 0.0, held + 1.0, torch.zeros_like(held))
             return window_plan(slot_positions, self.positions, size, self.decoder.context)
 
-        return self._memoized(("window", size), make)
+        return self.memoized(("window", size), make)
 
     def finish(self) -> None:
         """Nothing to write back: the ring's slot positions follow from the positions (:meth:`window`)."""
@@ -213,7 +213,7 @@ def check_device(decoder: nn.Module, prefill_chunk: int, layers_per_delegate: in
             raise UnsupportedDevice(
                 f"{decoder.model_type}: graph breaks every {layers_per_delegate} layer(s) of {layers}: give 1 to {layers - 1}"
             )
-        if any(isinstance(m, Attention) and m.shared for m in decoder.modules()):
+        if any(isinstance(m, Attention) and m.borrows_keys for m in decoder.modules()):
             raise UnsupportedDevice(
                 f"{decoder.model_type}: its shared-KV layers attend an earlier layer's keys and mask, which a graph "
                 "break would pass between delegates as a bool tensor; export it without --graph-breaks"

@@ -22,11 +22,8 @@ import torch
 from torch import nn
 
 from coreai_partitioner import _compat
-from coreai_partitioner.llm.blocks import GatedDeltaNet, ShortConv
+from coreai_partitioner.llm.blocks import Recurrent
 from coreai_partitioner.llm.decoder import Decoder, state_buffers
-
-#: Mixers whose state a padded call would change: they need every call's tokens to be real ones.
-RECURRENT = (GatedDeltaNet, ShortConv)
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +103,7 @@ def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False)
     """The :class:`~.decoder.Decoder` of ``model``'s family, over its own weights, for ``shapes``.
 
     Raises :class:`~.families.UnsupportedModel` for a model no family adapts,
-    :class:`~.blocks.UnsupportedConfig` for a config value its family cannot
+    :class:`~.errors.UnsupportedConfig` for a config value its family cannot
     honour and :class:`UnsupportedShapes` for shapes it cannot take
     (recurrent layers and enumerated shapes), all before any export work.
     """
@@ -122,7 +119,7 @@ def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False)
         )
     build = Build(model, shapes.max_context_len, full_logits=full_logits)
     decoder = family.build(build).eval()
-    recurrent = [type(m).__name__ for m in decoder.modules() if isinstance(m, RECURRENT)]
+    recurrent = [type(m).__name__ for m in decoder.modules() if isinstance(m, Recurrent)]
     if recurrent and shapes.mode == "enumerated":
         raise UnsupportedShapes(
             f"{build.model_type}: enumerated shapes pad a short prompt in front, and its recurrent layers "
@@ -355,10 +352,13 @@ def first_layers(config: Any, layers: int) -> Any:
     """A copy of ``config`` with only its first ``layers`` decoder layers (Apple's exporter's ``--num-layers``).
 
     Every per-layer list (``layer_types``, ``no_rope_layers``, ...) is cut to
-    match; Gemma 4's shared-KV layers, the last ones, lose those cut off.
-    Loading a checkpoint with it reads only those layers' weights.
+    match, and a family's own per-layer fields by its ``first_layers(text_config,
+    total, layers)`` (Gemma 4's shared-KV layers).  Loading a checkpoint with it
+    reads only those layers' weights.
     """
     import copy
+
+    from coreai_partitioner.llm.families import registry
 
     config = copy.deepcopy(config)
     text = config.get_text_config()
@@ -369,8 +369,9 @@ def first_layers(config: Any, layers: int) -> Any:
     text.num_hidden_layers = layers
     for name, value in per_layer.items():
         setattr(text, name, value)
-    if getattr(text, "num_kv_shared_layers", 0):
-        text.num_kv_shared_layers = max(0, text.num_kv_shared_layers - (total - layers))
+    cut = getattr(registry().get(text.model_type), "first_layers", None)
+    if cut is not None:
+        cut(text, total, layers)
     return config
 
 

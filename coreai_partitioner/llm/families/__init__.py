@@ -6,7 +6,13 @@ A family module defines:
 - ``build(build: Build) -> Decoder``: the decoder over the model's own
   modules (:class:`~coreai_partitioner.llm.adapter.Build` has the shared pieces);
 - ``tiny_config(model_type) -> PretrainedConfig``: a few-layer random config
-  exercising every feature the adapter handles (tests and examples).
+  exercising every feature the adapter handles (tests and examples);
+- optionally ``first_layers(text_config, total, layers)``: what else to cut
+  when ``--num-layers`` keeps only the first ``layers`` of ``total``.
+
+A family's quirk lives in its file: a subclass of a primitive of
+:mod:`coreai_partitioner.llm.blocks` (``kind=`` to :class:`~coreai_partitioner.llm.adapter.Build`'s
+builders), never an option of the primitive.
 
 Adding a family is adding its file here (and a row to the family test).
 Modules whose name starts with ``_`` are not families.

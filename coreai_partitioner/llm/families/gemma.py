@@ -14,11 +14,45 @@ per head and keeps a RoPE table per layer type (``rope_parameters`` keyed by
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import torch
+
+from coreai_partitioner.llm.blocks import Attention
 from coreai_partitioner.llm.families._tiny import tiny
 
+logger = logging.getLogger(__name__)
+
 MODEL_TYPES = ("gemma", "gemma2", "gemma3_text")
+
+
+class SoftcappedAttention(Attention):
+    """Gemma 2's attention: logits soft-capped, ``tanh(s / cap) * cap``, in plain ops.
+
+    The SDPA composite has no soft-capping, so this attention is plain ops
+    (the decoder lists it with the reason); RoPE and the cache are the
+    composites' and the step's as for any layer.
+    """
+
+    def __init__(self, *args, softcap: float, **options) -> None:
+        super().__init__(*args, **options)
+        self.softcap = softcap
+        self.sdpa = None
+        #: Why this attention is plain ops instead of the SDPA composite.
+        self.plain_reason = f"its logits are soft-capped at {softcap}; the SDPA composite has no soft-capping"
+        logger.info("%s attention stays plain ops: %s", self.path, self.plain_reason)
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        groups = q.shape[1] // keys.shape[1]
+        if groups > 1:  # by index, as the SDPA composite does: expand + reshape over a symbolic T trips torch.export
+            heads = torch.arange(keys.shape[1], device=keys.device).repeat_interleave(groups)
+            keys, values = keys.index_select(1, heads), values.index_select(1, heads)
+        scores = torch.matmul(q, keys.transpose(2, 3)) * self.scale
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+        return torch.matmul(weights, values)
 
 
 def build(build):
@@ -32,12 +66,9 @@ def build(build):
         norms = {}
         if hasattr(attn, "q_norm"):
             norms = dict(q_norm=build.norm(attn.q_norm, plus_one=True), k_norm=build.norm(attn.k_norm, plus_one=True))
-        attention = build.attention(
-            i,
-            rope=ropes[i],
-            softcap=softcap,
-            **norms,
-        )
+        if softcap is not None:
+            norms.update(kind=SoftcappedAttention, softcap=softcap)
+        attention = build.attention(i, rope=ropes[i], **norms)
         if build.model_type == "gemma":
             around = dict(
                 pre_attn=build.norm(layer.input_layernorm, plus_one=True),

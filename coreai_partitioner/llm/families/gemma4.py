@@ -27,13 +27,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from coreai_partitioner.llm.blocks import Attention, AttentionShape, activation
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("gemma4_text",)
 
 
 class PerLayerInputs(nn.Module):
-    """``(tokens, embeddings, step)``: each layer's per-layer input, left in ``step.per_layer`` ``[B, T, L, P]``."""
+    """``(tokens, embeddings, step)``: each layer's per-layer input, left in ``step.left["per_layer"]`` ``[B, T, L, P]``."""
 
     def __init__(self, base: nn.Module, norm: nn.Module, layers: int, width: int) -> None:
         super().__init__()
@@ -48,7 +49,7 @@ class PerLayerInputs(nn.Module):
         shape = (*tokens.shape, self.layers, self.width)
         identity = self.table(tokens).reshape(shape)
         context = self.norm((self.projection(embeddings) * self.projection_scale).reshape(shape))
-        step.per_layer = (context + identity) * self.input_scale
+        step.left["per_layer"] = (context + identity) * self.input_scale
 
 
 class Layer(nn.Module):
@@ -67,14 +68,56 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, step) -> torch.Tensor:
         x = self.block(x, step)
         if self.gate is not None:
-            gated = self.act(self.gate(x)) * step.per_layer[:, :, self.index, :]
+            gated = self.act(self.gate(x)) * step.left["per_layer"][:, :, self.index, :]
             x = x + self.norm(self.projection(gated))
         return x * self.layer_scalar
 
 
-def build(build):
-    from coreai_partitioner.llm.blocks import AttentionShape, activation
+class Gemma4Attention(Attention):
+    """Gemma 4's attention: values normed per head by ``v_norm`` (no weight); on a full layer without
+    ``v_proj`` (``attention_k_eq_v``) the values are the key projection, before its norm and RoPE.  A layer
+    that ``store``\ s leaves the keys, values and mask it attended in the step, under its path, for the
+    layers that share them (:class:`SharedKVAttention`).
+    """
 
+    def __init__(self, *args, v_norm: nn.Module | None, store: bool, **options) -> None:
+        super().__init__(*args, **options)
+        self.v_norm = v_norm
+        self.store = store
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        k = self.k(x)
+        return self.q(x), k, k if self.v is None else self.v(x)
+
+    def value_heads(self, v: torch.Tensor) -> torch.Tensor:
+        return self.heads(v, self.v_norm)
+
+    def cache(self, k: torch.Tensor, v: torch.Tensor, step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        attended = super().cache(k, v, step)
+        if self.store:
+            step.left[("kv", self.path)] = attended
+        return attended
+
+
+class SharedKVAttention(Attention):
+    """One of Gemma 4's last ``num_kv_shared_layers`` layers: no cache and no k/v projections of its own; its
+    queries attend the keys, values and mask the layer at ``producer`` left in the step."""
+
+    owns_cache = False
+    borrows_keys = True
+
+    def __init__(self, *args, producer: str, **options) -> None:
+        super().__init__(*args, **options)
+        self.producer = producer
+
+    def forward(self, x: torch.Tensor, step) -> torch.Tensor:
+        return self.o(self.attend_heads(self.q(x), None, None, step))
+
+    def keys_values(self, k: None, v: None, step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return step.left[("kv", self.producer)]
+
+
+def build(build):
     config = build.config
     base = build.base
     if getattr(config, "enable_moe_block", False):
@@ -92,17 +135,22 @@ def build(build):
         if modes[i] == "store":
             producers[types[i]] = path
         heads = AttentionShape(config.num_attention_heads, config.per_layer_config[i].num_key_value_heads, attn.head_dim)
-        attention = build.attention(
-            i,
-            shape=heads,
-            rope=ropes[i],
-            q_norm=build.norm(attn.q_norm, fp32_scale=True),
-            k_norm=None if reuse else build.norm(attn.k_norm, fp32_scale=True),
-            v_norm=None if reuse else build.norm(attn.v_norm, fp32_scale=True),
-            v_from_k=not reuse and attn.v_proj is None,
-            store=modes[i] == "store",
-            shared=producers[types[i]] if reuse else None,
-        )
+        q_norm = build.norm(attn.q_norm, fp32_scale=True)
+        if reuse:
+            attention = build.attention(
+                i, shape=heads, rope=ropes[i], q_norm=q_norm, kind=SharedKVAttention, producer=producers[types[i]]
+            )
+        else:
+            attention = build.attention(
+                i,
+                shape=heads,
+                rope=ropes[i],
+                q_norm=q_norm,
+                k_norm=build.norm(attn.k_norm, fp32_scale=True),
+                kind=Gemma4Attention,
+                v_norm=build.norm(attn.v_norm, fp32_scale=True),
+                store=modes[i] == "store",
+            )
         block = build.block(
             attention,
             build.mlp(layer.mlp),
@@ -123,6 +171,11 @@ def build(build):
         final_softcap=getattr(config, "final_logit_softcapping", None),
         prepare=prepare,
     )
+
+
+def first_layers(text: Any, total: int, layers: int) -> None:
+    """``--num-layers``: the shared-KV layers are the last ones, and those cut off are shared no more."""
+    text.num_kv_shared_layers = max(0, text.num_kv_shared_layers - (total - layers))
 
 
 def tiny_config(model_type: str) -> Any:

@@ -15,24 +15,69 @@ from __future__ import annotations
 
 from typing import Any
 
-from coreai_partitioner.llm.blocks import MoE
+import torch
+from torch import nn
+
+from coreai_partitioner.llm.blocks import Attention, MoE
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("gpt_oss",)
 
 
-def experts(mlp) -> MoE:
+class SinkAttention(Attention):
+    """Attention whose softmax rows also hold a sink logit per head (the SDPA composite's ``sinks`` input)."""
+
+    def __init__(self, *args, sinks: nn.Parameter, **options) -> None:
+        super().__init__(*args, **options)
+        self.sinks = sinks
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.sdpa(q, keys, values, mask, self.sinks.to(q.dtype))
+
+
+class Experts(MoE):
+    """GPT-OSS's experts: a biased router whose top-k logits are softmaxed, experts stored ``[E, H, 2I]``
+    (gate and up interleaved) and ``[E, I, H]`` with biases, and a clamped SwiGLU."""
+
+    out_axis = 2
+
+    def __init__(
+        self, *, router_bias: nn.Parameter, gate_up_bias: nn.Parameter, down_bias: nn.Parameter, limit: float,
+        alpha: float, **options,
+    ) -> None:
+        super().__init__(**options)
+        self.router_bias, self.gate_up_bias, self.down_bias = router_bias, gate_up_bias, down_bias
+        self.limit, self.alpha = limit, alpha
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        top, index = torch.topk(nn.functional.linear(x, self.router, self.router_bias), self.top_k, dim=-1)
+        return torch.softmax(top, dim=-1), index.to(torch.int32)
+
+    def glu(self, gate_up: torch.Tensor, dim: int) -> torch.Tensor:
+        gate, up = gate_up[..., ::2], gate_up[..., 1::2]  # interleaved along the last dim, clamped
+        gate = gate.clamp(max=self.limit)
+        up = up.clamp(min=-self.limit, max=self.limit)
+        return (up + 1) * (gate * torch.sigmoid(gate * self.alpha))
+
+    def expert_outputs(self, tokens, pairs, gate_up, down) -> torch.Tensor:
+        # Stored [E, in, out]: a token multiplies as a row (the experts gathered as the right operand).
+        hidden = self.gather_up(tokens.unsqueeze(1), gate_up, rhs_indices=pairs)  # [N * k, 1, 2I]
+        hidden = hidden + self.gate_up_bias.index_select(0, pairs).unsqueeze(1)
+        out = self.gather_down(self.glu(hidden, -1), down, rhs_indices=pairs)  # [N * k, 1, H]
+        return out + self.down_bias.index_select(0, pairs).unsqueeze(1)
+
+
+def experts(mlp) -> Experts:
     router, experts = mlp.router, mlp.experts
-    return MoE(
+    return Experts(
         router=router.weight,
         router_bias=router.bias,
         gate_up=experts.gate_up_proj,
         gate_up_bias=experts.gate_up_proj_bias,
         down=experts.down_proj,
         down_bias=experts.down_proj_bias,
-        transposed=True,
         top_k=router.top_k,
-        routing="topk_softmax",
+        renormalize=False,
         limit=float(experts.limit),
         alpha=float(experts.alpha),
     )
@@ -40,7 +85,9 @@ def experts(mlp) -> MoE:
 
 def build(build):
     layers = [
-        build.pre_norm_block(layer, build.attention(i, sinks=layer.self_attn.sinks), experts(layer.mlp), fp32_scale=True)
+        build.pre_norm_block(
+            layer, build.attention(i, kind=SinkAttention, sinks=layer.self_attn.sinks), experts(layer.mlp), fp32_scale=True
+        )
         for i, layer in enumerate(build.base.layers)
     ]
     return build.decoder(layers, norm=build.norm(build.base.norm, fp32_scale=True))

@@ -11,16 +11,34 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from coreai_partitioner.llm.blocks import Block
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("granite",)
 
 
+class ScaledResidualBlock(Block):
+    """Llama's layer with each branch scaled by ``residual_multiplier`` before it joins the residual."""
+
+    def __init__(self, residual_multiplier: float, *args, **options) -> None:
+        super().__init__(*args, **options)
+        self.residual_multiplier = float(residual_multiplier)
+
+    def residual(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return x + out * self.residual_multiplier
+
+
 def build(build):
     config = build.config
     layers = [
-        build.pre_norm_block(
-            layer, build.attention(i, scale=config.attention_multiplier), residual_scale=config.residual_multiplier
+        ScaledResidualBlock(
+            config.residual_multiplier,
+            build.attention(i, scale=config.attention_multiplier),
+            build.mlp(layer.mlp),
+            pre_attn=build.norm(layer.input_layernorm),
+            pre_mlp=build.norm(layer.post_attention_layernorm),
         )
         for i, layer in enumerate(build.base.layers)
     ]

@@ -1,6 +1,6 @@
 """LFM2: short-convolution layers beside full attention.
 
-``config.layer_types`` says which layers are ``conv`` (:class:`~..blocks.ShortConv`:
+``config.layer_types`` says which layers are ``conv`` (:class:`ShortConv`:
 ``out_proj(C * conv(B * x))``, the causal conv continuing from a state the
 delegate owns) and which attention (q and k normed per head; the output
 projection is ``out_proj``).  Norms: ``operator_norm`` before the mixer,
@@ -13,14 +13,33 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import nn
+
+from coreai_partitioner.llm.blocks import GatedMLP
+from coreai_partitioner.llm.blocks.recurrent import Recurrent, causal_conv
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("lfm2",)
 
 
-def build(build):
-    from coreai_partitioner.llm.blocks import GatedMLP, ShortConv
+class ShortConv(Recurrent):
+    """LFM2's short convolution: ``out_proj(C * conv(B * x))``, the causal conv continuing from ``conv_state``."""
 
+    def __init__(self, module: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.module = module  # HF's: in_proj, conv, out_proj
+        channels, _, kernel = module.conv.weight.shape
+        self.register_buffer("conv_state", torch.zeros(1, channels, kernel - 1, dtype=dtype), persistent=False)
+
+    def forward(self, x: torch.Tensor, step) -> torch.Tensor:
+        m = self.module
+        gate, carry, value = m.in_proj(x).transpose(-1, -2).chunk(3, dim=-2)
+        out = carry * causal_conv(m.conv, self.conv_state, gate * value, step)
+        return m.out_proj(out.transpose(-1, -2))
+
+
+def build(build):
     config = build.config
     layers = []
     for i, layer in enumerate(build.base.layers):
@@ -30,9 +49,7 @@ def build(build):
         else:
             attn = layer.self_attn
             mixer = build.attention(
-                i,
-                q_norm=build.norm(attn.q_layernorm),
-                k_norm=build.norm(attn.k_layernorm),
+                i, o=attn.out_proj, q_norm=build.norm(attn.q_layernorm), k_norm=build.norm(attn.k_layernorm)
             )
         ff = layer.feed_forward
         mlp = GatedMLP(getattr(config, "hidden_act", "silu"), gate=ff.w1, up=ff.w3, down=ff.w2)

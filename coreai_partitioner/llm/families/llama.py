@@ -13,16 +13,41 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
+from coreai_partitioner.llm.blocks import Attention
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("llama", "mistral", "ministral", "ministral3", "qwen2")
 
 
+class PositionScaledAttention(Attention):
+    """Ministral 3's attention: queries scaled by ``1 + beta * log(1 + floor(position / original))`` after RoPE.
+
+    ``beta`` is ``rope_parameters['llama_4_scaling_beta']``, ``original`` its
+    ``original_max_position_embeddings``; the scale is made once per call.
+    """
+
+    def __init__(self, *args, beta: float, original: int, **options) -> None:
+        super().__init__(*args, **options)
+        self.beta, self.original = float(beta), int(original)
+
+    def query(self, q: torch.Tensor, step) -> torch.Tensor:
+        def make() -> torch.Tensor:
+            blocks = torch.floor(step.positions.float() / float(self.original))
+            return (1.0 + self.beta * torch.log(1.0 + blocks)).view(1, 1, -1, 1)
+
+        scale = step.memoized(("position_scale", self.beta, self.original), make)
+        return super().query(q, step) * scale.to(q.dtype)
+
+
 def build(build):
     options = {}
-    rope = build.config.rope_parameters or {}
     if build.model_type == "ministral3":
-        options["position_scale"] = (rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"])
+        rope = build.config.rope_parameters
+        options = dict(
+            kind=PositionScaledAttention, beta=rope["llama_4_scaling_beta"], original=rope["original_max_position_embeddings"]
+        )
     layers = [build.pre_norm_block(layer, build.attention(i, **options)) for i, layer in enumerate(build.base.layers)]
     return build.decoder(layers)
 

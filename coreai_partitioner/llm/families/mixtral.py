@@ -17,7 +17,7 @@ MODEL_TYPES = ("mixtral",)
 
 def build(build):
     layers = [
-        build.pre_norm_block(layer, build.attention(i), build.moe(layer.mlp, "softmax_topk_renorm"))
+        build.pre_norm_block(layer, build.attention(i), build.moe(layer.mlp, renormalize=True))
         for i, layer in enumerate(build.base.layers)
     ]
     return build.decoder(layers)

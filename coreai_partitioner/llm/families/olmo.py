@@ -14,9 +14,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import nn
+
+from coreai_partitioner.llm.blocks import Attention
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("olmo2", "olmo3")
+
+
+class WholeProjectionNormAttention(Attention):
+    """Attention whose ``q_norm`` and ``k_norm`` norm the whole q and k projections, all heads at once,
+    before the split into heads (OLMo 2, OLMo 3, OLMoE)."""
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.q_norm(self.q(x)), self.k_norm(self.k(x)), self.v(x)
+
+    def heads(self, t: torch.Tensor, norm: nn.Module | None = None) -> torch.Tensor:
+        return super().heads(t)  # normed already, over every head at once (project)
 
 
 def build(build):
@@ -28,7 +43,7 @@ def build(build):
             i,
             q_norm=build.norm(attn.q_norm, fp32_scale=True),
             k_norm=build.norm(attn.k_norm, fp32_scale=True),
-            norm_width="all",
+            kind=WholeProjectionNormAttention,
             rope=ropes[i],
         )
         layers.append(

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.llm.families.olmo import WholeProjectionNormAttention
 
 MODEL_TYPES = ("olmoe",)
 
@@ -19,12 +20,12 @@ def build(build):
     config = build.config
     if getattr(config, "clip_qkv", None) is not None:
         raise build.refuse("clip_qkv", config.clip_qkv, "None (clamping q, k and v is not adapted)")
-    routing = "softmax_topk_renorm" if config.norm_topk_prob else "softmax_topk"
     layers = []
     for i, layer in enumerate(build.base.layers):
         attn = layer.self_attn
-        norms = dict(q_norm=build.norm(attn.q_norm), k_norm=build.norm(attn.k_norm), norm_width="all")
-        layers.append(build.pre_norm_block(layer, build.attention(i, **norms), build.moe(layer.mlp, routing)))
+        norms = dict(q_norm=build.norm(attn.q_norm), k_norm=build.norm(attn.k_norm), kind=WholeProjectionNormAttention)
+        mlp = build.moe(layer.mlp, renormalize=config.norm_topk_prob)
+        layers.append(build.pre_norm_block(layer, build.attention(i, **norms), mlp))
     return build.decoder(layers)
 
 

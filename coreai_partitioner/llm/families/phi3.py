@@ -14,13 +14,45 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import nn
+
+from coreai_partitioner.llm.blocks import Attention, GatedMLP
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("phi3",)
 
 
+class FusedQKVAttention(Attention):
+    """Attention over one fused projection ``qkv``, split into q, k and v in that order."""
+
+    def __init__(self, *args, qkv: nn.Module, **options) -> None:
+        super().__init__(*args, **options)
+        self.qkv = qkv
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h, kv, d = self.shape.heads, self.shape.kv_heads, self.shape.head_dim
+        return self.qkv(x).split([h * d, kv * d, kv * d], dim=-1)
+
+
+class FusedGateUpMLP(GatedMLP):
+    """The gated MLP over one fused projection ``gate_up``, gate first."""
+
+    def __init__(self, act: str, *, gate_up: nn.Module, down: nn.Module) -> None:
+        super().__init__(act, gate=None, up=None, down=down)
+        self.gate_up = gate_up
+
+    def gate_and_up(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.gate_up(x).chunk(2, dim=-1)
+
+
 def build(build):
-    return build.decoder([build.pre_norm_block(layer, build.attention(i)) for i, layer in enumerate(build.base.layers)])
+    layers = []
+    for i, layer in enumerate(build.base.layers):
+        attention = build.attention(i, kind=FusedQKVAttention, qkv=layer.self_attn.qkv_proj)
+        mlp = FusedGateUpMLP(build.activation(), gate_up=layer.mlp.gate_up_proj, down=layer.mlp.down_proj)
+        layers.append(build.pre_norm_block(layer, attention, mlp))
+    return build.decoder(layers)
 
 
 def tiny_config(model_type: str) -> Any:

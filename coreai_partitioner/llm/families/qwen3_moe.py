@@ -18,12 +18,11 @@ MODEL_TYPES = ("qwen3_moe",)
 
 
 def build(build):
-    routing = "softmax_topk_renorm" if build.config.norm_topk_prob else "softmax_topk"
     layers = []
     for i, layer in enumerate(build.base.layers):
         attn = layer.self_attn
         norms = dict(q_norm=build.norm(attn.q_norm, fp32_scale=True), k_norm=build.norm(attn.k_norm, fp32_scale=True))
-        mlp = build.moe(layer.mlp, routing) if hasattr(layer.mlp, "experts") else None
+        mlp = build.moe(layer.mlp, renormalize=build.config.norm_topk_prob) if hasattr(layer.mlp, "experts") else None
         layers.append(build.pre_norm_block(layer, build.attention(i, **norms), mlp, fp32_scale=True))
     return build.decoder(layers, norm=build.norm(build.base.norm, fp32_scale=True))
 

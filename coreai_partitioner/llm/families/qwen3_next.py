@@ -1,6 +1,6 @@
 """Qwen3-Next, Qwen3.5 and Qwen3.5-MoE (text): gated delta-rule layers beside gated full attention.
 
-``config.layer_types`` alternates ``linear_attention`` (:class:`~..blocks.GatedDeltaNet`:
+``config.layer_types`` alternates ``linear_attention`` (:class:`~coreai_partitioner.llm.blocks.GatedDeltaNet`:
 a causal conv and the ``gated_delta_update`` composite over a recurrent
 state the delegate owns) and ``full_attention`` (q's projection is twice
 as wide, query and a sigmoid output gate per head; q and k normed per head;
@@ -9,38 +9,84 @@ and q/k norms scale by ``1 + weight``; the delta rule's gated norm by its
 weight.  MLPs are dense (Qwen3.5) or mixtures of experts with a shared
 expert behind a sigmoid gate (Qwen3-Next, Qwen3.5-MoE), through
 ``gather_mm``.  Qwen3-Next's ``in_proj_qkvz`` / ``in_proj_ba`` are grouped
-by key head, Qwen3.5's projections are separate; the block reads either.
+by key head (:class:`GroupedGatedDeltaNet`), Qwen3.5's projections are separate.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import nn
+
+from coreai_partitioner.llm.blocks import Attention, GatedDeltaNet, MoE
 from coreai_partitioner.llm.families._tiny import tiny
 
 MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 
 
-def build(build):
-    from coreai_partitioner.llm.blocks import GatedDeltaNet
+class GatedAttention(Attention):
+    """Attention with an output gate: ``q``'s projection holds, per head, the query and then a gate, and the
+    attention is multiplied by ``sigmoid(gate)`` before ``o``."""
 
+    def forward(self, x: torch.Tensor, step) -> torch.Tensor:
+        h, d = self.shape.heads, self.shape.head_dim
+        q, gate = self.q(x).view(*x.shape[:-1], h, 2 * d).chunk(2, dim=-1)
+        q, gate = q.reshape(*x.shape[:-1], h * d), gate.reshape(*x.shape[:-1], h * d)
+        out = self.attend_heads(q, self.k(x), self.v(x), step)
+        return self.o(out * torch.sigmoid(gate))
+
+
+class SharedExpertMoE(MoE):
+    """Routed experts plus a dense MLP every token also takes, scaled by ``sigmoid(shared_gate(x))``."""
+
+    def __init__(self, *, shared: nn.Module, shared_gate: nn.Module, **options) -> None:
+        super().__init__(**options)
+        self.shared, self.shared_gate = shared, shared_gate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        shared = torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)
+        return (super().forward(x).reshape(flat.shape) + shared).view(x.shape)
+
+
+class GroupedGatedDeltaNet(GatedDeltaNet):
+    """Qwen3-Next's delta rule: ``in_proj_qkvz`` and ``in_proj_ba`` grouped by key head, split as HF splits them."""
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        m, (hk, hv), (dk, dv) = self.module, self.heads, self.dims
+        batch, length = x.shape[0], x.shape[1]
+        r = hv // hk
+        qkvz = m.in_proj_qkvz(x).view(batch, length, hk, 2 * dk + 2 * r * dv)
+        q, k, v, z = torch.split(qkvz, [dk, dk, r * dv, r * dv], dim=3)
+        b, a = torch.split(m.in_proj_ba(x).view(batch, length, hk, 2 * r), [r, r], dim=3)
+        mixed = torch.cat([q.reshape(batch, length, -1), k.reshape(batch, length, -1), v.reshape(batch, length, -1)], -1)
+        z = z.reshape(batch, length, hv, dv)
+        return mixed.transpose(1, 2), z, b.reshape(batch, length, hv), a.reshape(batch, length, hv)
+
+
+def build(build):
     config = build.config
-    routing = "softmax_topk_renorm" if getattr(config, "norm_topk_prob", True) else "softmax_topk"
+    renormalize = getattr(config, "norm_topk_prob", True)
     layers = []
     for i, layer in enumerate(build.base.layers):
         if hasattr(layer, "linear_attn"):
-            mixer = GatedDeltaNet(layer.linear_attn, build.dtype)
+            grouped = hasattr(layer.linear_attn, "in_proj_qkvz")
+            mixer = (GroupedGatedDeltaNet if grouped else GatedDeltaNet)(layer.linear_attn, build.dtype)
         else:
             attn = layer.self_attn
             mixer = build.attention(
                 i,
                 q_norm=build.norm(attn.q_norm, plus_one=True),
                 k_norm=build.norm(attn.k_norm, plus_one=True),
-                output_gate=True,
+                kind=GatedAttention,
             )
         mlp = layer.mlp
         if hasattr(mlp, "experts"):
-            mlp = build.moe(mlp, routing, shared=build.mlp(mlp.shared_expert), shared_gate=mlp.shared_expert_gate)
+            mlp = build.moe(
+                mlp, renormalize=renormalize, kind=SharedExpertMoE, shared=build.mlp(mlp.shared_expert),
+                shared_gate=mlp.shared_expert_gate,
+            )
         else:
             mlp = None
         layers.append(build.pre_norm_block(layer, mixer, mlp, plus_one=True))

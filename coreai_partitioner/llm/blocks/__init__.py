@@ -1,0 +1,54 @@
+"""The primitives a family's decoder is made of, over the Hugging Face model's own weights, a file each.
+
+Every block holds the HF model's modules and parameters themselves (never a
+copy), computes what HF's eager forward computes, and calls Core AI
+composites where the math is the composite's:
+
+- :mod:`.norm`: :class:`Norm` (``rms_norm``);
+- :mod:`.rope`: :class:`RopeTable`, cos and sin at a call's positions;
+- :mod:`.step`: :class:`Step`, what every layer of one call shares, and how it reads and writes a cache;
+- :mod:`.cache`: writing a call's keys and values into a full cache or a sliding ring;
+- :mod:`.attention`: :class:`Attention` (``rope`` and ``scaled_dot_product_attention``);
+- :mod:`.mlp`: :class:`GatedMLP` and the activations;
+- :mod:`.moe`: :class:`MoE` (``gather_mm``);
+- :mod:`.recurrent`: :class:`GatedDeltaNet` (``gated_delta_update``) and the causal convolution;
+- :mod:`.block`: :class:`Block`, one layer.
+
+Each holds the general math.  A family whose math differs (an output gate,
+soft-capped logits, interleaved experts) subclasses or composes one of these
+in its own file under :mod:`coreai_partitioner.llm.families`; a primitive
+grows no option for one family.
+"""
+
+from coreai_partitioner.llm.blocks.attention import Attention, AttentionShape
+from coreai_partitioner.llm.blocks.block import Block
+from coreai_partitioner.llm.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan
+from coreai_partitioner.llm.blocks.mlp import ACTIVATIONS, GatedMLP, activation
+from coreai_partitioner.llm.blocks.moe import MoE
+from coreai_partitioner.llm.blocks.norm import Norm, norm, norm_eps
+from coreai_partitioner.llm.blocks.recurrent import GatedDeltaNet, Recurrent, causal_conv
+from coreai_partitioner.llm.blocks.rope import RopeTable
+from coreai_partitioner.llm.blocks.step import Step
+
+__all__ = [
+    "ACTIVATIONS",
+    "Attention",
+    "AttentionShape",
+    "Block",
+    "GatedDeltaNet",
+    "GatedMLP",
+    "MoE",
+    "Norm",
+    "Recurrent",
+    "RopeTable",
+    "Step",
+    "WindowPlan",
+    "activation",
+    "causal_conv",
+    "norm",
+    "norm_eps",
+    "ring_write",
+    "window_plan",
+    "write_at",
+    "write_plan",
+]

@@ -1,0 +1,97 @@
+"""Cache arithmetic: writing a call's keys and values into a full cache or a sliding ring, as products.
+
+``index_copy`` decomposes to ``index_put``, which coreai-torch converts only
+when the indexed dimension is static; a product with a one-hot matrix is
+exact (one nonzero term per row), converts with ``T`` symbolic and keeps the
+write inside the delegate.  :func:`write_plan` and :func:`write_at` write a
+full cache (a slot per position); :func:`window_plan` and :func:`ring_write`
+a sliding window's ring (slot ``p % window``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class WindowPlan:
+    """A sliding window's share of one call: the attended keys' positions, the mask, the ring write."""
+
+    mask: torch.Tensor  # [1, 1, T, window + T] bool
+    one_hot: torch.Tensor  # [T, window]: token t goes to slot s
+    kept: torch.Tensor  # [window, 1]: 1 where a slot keeps its content
+    positions: torch.Tensor  # [window]: the ring's slot positions (plus one) after the call
+
+
+def write_plan(position: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """For a cache of ``shape`` [B, H, L, D]: the one-hot of ``position`` [T] as ``[B * H, L, T]``, and
+    ``[L, 1]``, 0 where written and 1 elsewhere.
+
+    ``index_copy`` decomposes to ``index_put``, which coreai-torch converts only
+    when the indexed dimension is static; a product with a one-hot matrix is
+    exact (one nonzero term per row), converts with ``T`` symbolic and keeps the
+    write inside the delegate.  Positions outside the cache write nothing.
+    """
+    batch, heads, length, _ = shape
+    slots = torch.arange(length, dtype=position.dtype, device=position.device)
+    one_hot = (position.unsqueeze(-1) == slots).to(dtype)  # [T, L]
+    kept = 1.0 - one_hot.sum(0).unsqueeze(-1)  # a float scalar, not a lifted int64
+    return _spread(one_hot, batch * heads), kept
+
+
+def _spread(one_hot: torch.Tensor, batch: int) -> torch.Tensor:
+    """``one_hot`` [T, L] as ``[batch, L, T]``, the left operand of :func:`write_at`'s ``bmm``.
+
+    Batched by a broadcasting product, not an expand: Core AI (coreai-core 1.0.0b3) folds an expand
+    to a shape read at run time wrongly when an enumerated T is 1 (see llm.passes.remove_noop_expands).
+    """
+    return one_hot.transpose(0, 1) * torch.ones(batch, 1, 1, dtype=one_hot.dtype, device=one_hot.device)
+
+
+def write_at(cache: torch.Tensor, states: torch.Tensor, plan: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """``cache`` [B, H, L, D] with ``states`` [B, H, T, D] written by ``plan`` (:func:`write_plan`'s).
+
+    The product is one ``bmm`` over ``B * H``: ``matmul`` on these shapes
+    decomposes into copies and reshapes over ``T``, 2.5x the tracing time.
+    """
+    batch, heads, length, dim = cache.shape
+    spread, kept = plan
+    rows = states.to(cache.dtype).reshape(batch * heads, states.shape[2], dim)
+    written = torch.bmm(spread, rows).view(batch, heads, length, dim)
+    return cache * kept + written
+
+
+def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int, context: int) -> WindowPlan:
+    """A ring of ``size`` slots holding the last ``size`` positions before this call, and this call's ``position``.
+
+    ``slot_positions`` holds each slot's position plus one, 0 for an empty slot,
+    so the ring's state starts at zero like any cache.  Keys attended: the
+    ring's, then the call's own (``[size + T]``).  A query at ``q`` attends a
+    key at ``p`` when ``q - size < p <= q`` (HF's sliding window); a ring slot
+    at or past the call's first position is left from an earlier sequence (a
+    new prompt at position 0) and is never attended.  The ring
+    then keeps the call's last ``size`` real tokens, token ``p`` in slot
+    ``p % size``: the mod is computed in float, exact for any position below 2**24.
+    """
+    ring = slot_positions - 1.0
+    ring = torch.where(ring < position.min(), ring, torch.full_like(ring, -1.0))
+    keys = torch.cat([ring, position])
+    query = position.unsqueeze(-1)
+    mask = (keys >= 0.0) & (keys <= query) & (query - keys < float(size))
+    real = position < float(context)
+    last = torch.where(real, position, torch.full_like(position, -1.0)).max()
+    written = real & (position > last - float(size))
+    slot = position - torch.floor(position / float(size)) * float(size)
+    slots = torch.arange(size, dtype=position.dtype, device=position.device)
+    one_hot = ((slot.unsqueeze(-1) == slots) & written.unsqueeze(-1)).to(position.dtype)  # [T, size]
+    kept = 1.0 - one_hot.sum(0)
+    updated = slot_positions * kept + (one_hot * (position + 1.0).unsqueeze(-1)).sum(0)
+    return WindowPlan(mask[None, None], one_hot, kept.unsqueeze(-1), updated)
+
+
+def ring_write(cache: torch.Tensor, states: torch.Tensor, plan: WindowPlan) -> torch.Tensor:
+    """``cache`` [B, H, size, D] with this call's ``states`` [B, H, T, D] written by ``plan`` (:func:`write_at`)."""
+    batch, heads = cache.shape[:2]
+    return write_at(cache, states, (_spread(plan.one_hot.to(cache.dtype), batch * heads), plan.kept.to(cache.dtype)))

@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "smollm2-135m-instruct")
     args = parser.parse_args()
 
-    from coreai_partitioner.cli import console
+    from coreai_partitioner import console
 
     console.quiet_dependencies()
     import torch

@@ -1,52 +1,64 @@
 """coreai-partitioner: Core AI composite ops through ExecuTorch's ``to_edge_transform_and_lower``.
 
-The path of a record, from the model to the converter:
+A stage is a folder, in the order a record goes through them:
 
-1. **Externalize** (:func:`externalize_modules`, :mod:`.externalize`).
-   coreai-torch patches every submodule matching a spec (:func:`default_specs`,
-   :func:`spec_for`, or your own ``ExternalizeSpec``) into a
-   ``coreai_torch_ext::<op>`` custom op, the caller's ``export_fn`` exports
-   the model, and each call site's submodule is exported on its own
-   (:mod:`.subexport` exports identical call sites once).  One *record* per
-   call site comes back: its op name, its sub-exported program, and the name
-   its call site's FX node had *at that moment*.  The model is unpatched again.
+1. **Externalize** (``records/``: :func:`externalize_modules`).
+   coreai-torch patches every submodule matching a spec (``records/specs.py``:
+   :func:`default_specs`, :func:`spec_for`, or your own ``ExternalizeSpec``)
+   into a ``coreai_torch_ext::<op>`` custom op, the caller's ``export_fn``
+   exports the model, and each call site's submodule is exported on its own
+   (``records/subexport.py`` exports identical call sites once).  One *record*
+   per call site comes back: its op name, its sub-exported program, and the
+   name its call site's FX node had *at that moment*.  The model is unpatched
+   again.
 
-2. **Transform** (the caller).  Quantization, renaming passes, and then
-   ExecuTorch's ``to_edge`` rebuild the graph: every node is renamed
-   (``n0_norm_ab12`` becomes ``coreai_torch_ext_n0_norm_ab12_default``) and
-   custom node metadata is dropped.  The op *target* survives.
+2. **Transform** (the caller; ``quantize/`` for weight-only schemes).
+   Quantization, renaming passes, and then ExecuTorch's ``to_edge`` rebuild
+   the graph: every node is renamed (``n0_norm_ab12`` becomes
+   ``coreai_torch_ext_n0_norm_ab12_default``) and custom node metadata is
+   dropped.  The op *target* survives.
 
-3. **Partition** (:class:`CoreAIPartitioner`, :mod:`.partitioner`).  Every
-   call site of the edge program (and of the records' own sub-exports, for
-   nested submodules) is paired with a record, once, by op target in graph
-   order, checked against the record's sub-exported input shapes and dtypes
-   (:func:`.call_sites.pair_call_sites`, a pure function over FX graphs).
-   Paired call sites are claimed alongside the ops upstream's rules claim
-   (:mod:`.op_support`), and each carries its record in ``node.meta``
-   (:mod:`.build_records`), a reference that ExecuTorch's graph copies keep
-   as it is.  Nothing about the records enters a compile spec or the ``.pte``.
+3. **Partition** (``partition/``: :class:`CoreAIPartitioner`).  Every call
+   site of the edge program (and of the records' own sub-exports, for nested
+   submodules) is paired with a record, once, by op target in graph order,
+   checked against the record's sub-exported input shapes and dtypes
+   (``records/call_sites.py``, pure functions over FX graphs).  Paired call
+   sites are claimed alongside the ops upstream's rules claim
+   (``partition/op_support.py``), and each carries its record in
+   ``node.meta`` (``records/carried.py``), a reference that ExecuTorch's graph
+   copies keep as it is.  Nothing about the records enters a compile spec or
+   the ``.pte``.
 
-4. **Convert** (``CoreAICompositeBackend.preprocess``, ``backends/apple_coreai/``).
-   Each delegate reads the records off its own call sites, renames them
-   after their submodule paths so every build names them alike, and hands
-   them to ``TorchConverter.add_exported_program(...,
-   _externalized_exported_programs=...)``; then checks the delegate boundary
-   and ships the asset the way upstream's backend does.  Code mirrored from
-   upstream lives in :mod:`._upstream`, private names in :mod:`._compat`.
+4. **Convert** (``backends/apple_coreai/``: ``CoreAICompositeBackend.preprocess``).
+   Each delegate reads the records off its own call sites, renames them after
+   their submodule paths so every build names them alike, rewrites its own
+   graph (``passes.py``) and hands it to coreai-torch's converter with the
+   records (``convert.py``); then checks the delegate boundary, writes the
+   asset the same bytes on every build (``asset.py``) and ships it with
+   upstream's manifest (``manifest.py``, ``deliver.py``).  Private names of
+   other packages are reached only through :mod:`._compat`.
 
-5. **Run and verify** (:func:`load_runtime_backend`, :mod:`.verify`,
-   ``python -m coreai_partitioner``).  ExecuTorch's own runtime runs the
+5. **Run and verify** (``verify/``, the host runtime in
+   ``backends/apple_coreai/runtime/``).  ExecuTorch's own runtime runs the
    ``.pte`` here, its Core AI delegates on coreai-core's runtime (Linux CPU
-   included), through the host backend whose C++ and Python halves live in
-   ``backends/apple_coreai/runtime/``; the outputs are compared with eager
-   PyTorch.
+   included), and the outputs are compared with eager PyTorch, or judged by
+   SNR against the fp32 model when the program computes in lower precision.
 
-:func:`lower` and :func:`save_pte` do steps 1 to 4 and write the file for
-the common case; :mod:`.recipes` gives the same road as ExecuTorch export
-recipes (``CoreAICompositeRecipeType``).  An LLM decoder (:func:`llm.lower_decoder`, :mod:`.llm`) goes through the
-same steps with 2 and 3 swapped (:mod:`.whole_program`): its one delegate
-takes the whole graph, so it is decomposed once, partitioned and converted
-on ATen IR, and only the casts left around the delegate become edge dialect.
+``lowering/`` does steps 1 to 4 and writes the file for the common case
+(:func:`lower`, :func:`save_pte`); ``recipes/`` gives the same road as
+ExecuTorch export recipes and optimum-executorch recipes; ``cli/`` is
+``python -m coreai_partitioner``.
+
+An LLM (``llm/``: :func:`llm.lower_decoder`) takes the same road with a
+first step of its own: its family file (``llm/families/``) re-composes the
+Hugging Face model's layers from the primitives in ``llm/blocks/`` over the
+model's own weights.  Then it is exported with its composites externalized
+(step 1), its weights quantized (2), and lowered with steps 2 and 3 swapped
+(``llm/whole_program.py``): its one delegate takes the whole graph, so it is
+decomposed once, partitioned and converted on ATen IR, and only the casts
+left around the delegate become edge dialect.  ``llm/device.py`` makes the
+form upstream's on-device runtime runs; ``llm/check.py`` judges the result
+against the fp32 model.
 """
 
 from __future__ import annotations
@@ -55,8 +67,8 @@ import importlib
 from typing import TYPE_CHECKING
 
 # Importing the package imports nothing else: the public names below load on first use, so
-# ``coreai_partitioner.cli.console`` can quiet the dependencies before a command imports them.  A
-# library user asks for the same with ``coreai_partitioner.quiet_dependencies()``.
+# ``coreai_partitioner.console`` can quiet the dependencies before a command imports them.  A
+# library user asks for the same with ``coreai_partitioner.console.quiet_dependencies()``.
 _PUBLIC = {
     "CoreAIPartitioner": ".partition.partitioner",
     "ExternalizeSpec": "._compat",
@@ -70,7 +82,6 @@ _PUBLIC = {
     "load_runtime_backend": ".backends.apple_coreai.runtime.host",
     "lower": ".lowering.lower",
     "lower_exported": ".lowering.lower",
-    "quiet_dependencies": ".cli.console",
     "save_pte": ".lowering.lower",
     "spec_for": ".records.specs",
 }
@@ -86,7 +97,6 @@ if TYPE_CHECKING:
     from coreai_partitioner.partition.partitioner import CoreAIPartitioner
     from coreai_partitioner.lowering.passes import get_default_passes
     from coreai_partitioner.records.specs import default_specs, spec_for
-    from coreai_partitioner.cli.console import quiet_dependencies
 
 
 def __getattr__(name: str):

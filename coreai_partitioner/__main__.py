@@ -1,4 +1,4 @@
-from coreai_partitioner.cli.console import quiet_dependencies
+from coreai_partitioner.console import quiet_dependencies
 
 quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
 

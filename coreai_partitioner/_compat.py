@@ -8,7 +8,7 @@ coreai-core 1.0.0b3.
 
 Importing this module imports torch, coreai-torch and coreai-core, never
 ExecuTorch: ExecuTorch imports torchao, which logs at import, and
-:func:`coreai_partitioner.cli.console.quiet_dependencies` reads
+:func:`coreai_partitioner.console.quiet_dependencies` reads
 :data:`PRIVATE_LOGGERS` here before anything logs.  ExecuTorch's names
 (:data:`_EXECUTORCH`) are imported on first use, as ``_compat.<name>``.
 """
@@ -50,7 +50,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten
 
 #: Loggers named after private modules of torch, and the level a command line holds them to
-#: (:func:`coreai_partitioner.cli.console.quiet_dependencies`): torch's pytree notices while torchao
+#: (:func:`coreai_partitioner.console.quiet_dependencies`): torch's pytree notices while torchao
 #: imports, torch.export's internals while a model exports.
 PRIVATE_LOGGERS = {"torch.utils._pytree": logging.ERROR, "torch._export": logging.ERROR}
 

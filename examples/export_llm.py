@@ -14,7 +14,7 @@ import sys
 if "-v" in sys.argv or "--verbose" in sys.argv:
     os.environ["COREAI_PARTITIONER_VERBOSE"] = "1"  # before coreai_partitioner imports its dependencies
 
-from coreai_partitioner.cli import console
+from coreai_partitioner import console
 
 console.quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
 

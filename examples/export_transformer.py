@@ -16,7 +16,7 @@ import argparse
 import time
 from pathlib import Path
 
-from coreai_partitioner.cli import console
+from coreai_partitioner import console
 
 # The dependencies' own logs and warnings (torch's deprecations inside coreai-torch's composite ops,
 # coreai-torch's check that misreads the local "+cpu" build of torch 2.13.0): not the example's.

@@ -6,7 +6,7 @@ levels, numpy and sympy add warning filters, torch's inductor sets
 who made each change, as the module whose top-level code was running, and
 every difference between before and after the imports must come from a
 module that is not this package's.  Quieting the dependencies is the
-command line's, on its own run (``coreai_partitioner.cli.console.quiet_dependencies``).
+command line's, on its own run (``coreai_partitioner.console.quiet_dependencies``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import textwrap
 
 #: What a user imports: the package and its public names, the recipes, the LLM path, verify, console.
 USER_IMPORTS = ["coreai_partitioner", "coreai_partitioner.recipes", "coreai_partitioner.llm", "coreai_partitioner.verify",
-                "coreai_partitioner.cli.console"]
+                "coreai_partitioner.console"]
 if importlib.util.find_spec("optimum") is not None:
     USER_IMPORTS.append("coreai_partitioner.recipes.optimum")
 

@@ -2,5 +2,4 @@
 
 - :mod:`.main`: ``verify``, ``inspect``, ``export-optimum``, and ``export-llm`` handed to :mod:`.export_llm`.
 - :mod:`.export_llm`: the LLM exporter (``examples/export_llm.py`` is a thin wrapper over it).
-- :mod:`.console`: what a person running a command sees; importing it imports no dependency.
 """

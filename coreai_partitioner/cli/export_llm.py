@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.cli import console
+from coreai_partitioner import console
 from coreai_partitioner.backends.apple_coreai import debug_info
 from coreai_partitioner.quantize import SCHEMES
 

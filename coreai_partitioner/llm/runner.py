@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from coreai_partitioner.cli.console import NativeStreams
+from coreai_partitioner.console import NativeStreams
 from coreai_partitioner.llm.generate import Generation, TextPieces
 
 #: The runner ends its output with this line of timings.

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.cli.console import NativeStreams
+from coreai_partitioner.console import NativeStreams
 from coreai_partitioner.llm.export import DecoderShapes
 from coreai_partitioner.llm.generate import Generation, TextPieces, decode_tokens, eos_ids_of, prefill, prefill_calls
 from coreai_partitioner.llm.tokenizer import check, runner_loaders

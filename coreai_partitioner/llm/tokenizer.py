@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from coreai_partitioner.cli.console import NativeStreams
+from coreai_partitioner.console import NativeStreams
 
 #: Tokenizer files by preference, as a checkpoint names them.
 CANDIDATES = ("tokenizer.json", "tokenizer.model")

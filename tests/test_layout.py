@@ -1,0 +1,124 @@
+"""The tree shows the architecture: a stage is a folder, each imports only the stages before it, README draws it."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "coreai_partitioner"
+
+#: The stages in the order a record and a model go through them; a module imports only its own stage and the
+#: ones before it.  The package's root modules (the seam to other packages, the console) come first.
+STAGES = ("root", "records", "backends", "partition", "quantize", "lowering", "verify", "llm", "recipes", "cli")
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name (``backends/`` installs as ``coreai_partitioner.backends``)."""
+    found = {}
+    for base, prefix in ((PACKAGE, "coreai_partitioner"), (ROOT / "backends", "coreai_partitioner.backends")):
+        for path in base.rglob("*.py"):
+            parts = path.relative_to(base).with_suffix("").parts
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            found[".".join((prefix, *parts))] = path
+    return found
+
+
+def stage_of(module: str) -> str:
+    parts = module.split(".")
+    if parts[1:2] == ["__main__"]:  # python -m coreai_partitioner: the command line
+        return "cli"
+    if len(parts) < 2 or parts[1] not in STAGES:
+        return "root"
+    return parts[1]
+
+
+def imported(module: str, path: Path) -> set[str]:
+    """The package's modules ``module`` imports (a public name of the package's root counts as its module)."""
+    from coreai_partitioner import _PUBLIC  # name -> ".records.externalize", ...
+
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                if base == "coreai_partitioner" and alias.name in _PUBLIC:
+                    names.add("coreai_partitioner" + _PUBLIC[alias.name])
+                else:
+                    names.add(f"{base}.{alias.name}")
+                names.add(base)
+    return {name for name in names if name.startswith("coreai_partitioner.")}
+
+
+def test_every_module_of_the_package_belongs_to_a_stage_folder_or_is_one_of_the_roots_few():
+    roots = {m for m in modules() if stage_of(m) == "root"} - {"coreai_partitioner"}
+    assert roots == {"coreai_partitioner._compat", "coreai_partitioner.console"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_imports_only_itself_and_the_stages_before_it(stage):
+    allowed = set(STAGES[: STAGES.index(stage) + 1])
+    later = []
+    for module, path in sorted(modules().items()):
+        if stage_of(module) != stage or module == "coreai_partitioner":
+            continue
+        for name in sorted(imported(module, path)):
+            if stage_of(name) not in allowed:
+                later.append(f"{module} imports {name} ({stage_of(name)}, a later stage)")
+    assert not later, "\n".join(later)
+
+
+def readme_tree() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Layout", 1)[1]
+    return section.split("```", 2)[1].splitlines()[1:]
+
+
+def test_readme_draws_every_stage_folder_with_a_line_and_names_only_paths_that_exist():
+    tree = readme_tree()
+    drawn = [re.match(r"[\s│├└─]*(\S+)", line).group(1) for line in tree if line.strip()]
+    folders = {f"{p.relative_to(PACKAGE).as_posix()}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders <= set(drawn), f"not drawn: {sorted(folders - set(drawn))}"
+    # Every drawn name is a file or folder of the checkout, under the nearest folder drawn above it.
+    parents: list[tuple[int, Path]] = [(-1, ROOT)]
+    for line in tree:
+        if not line.strip():
+            continue
+        name = re.match(r"[\s│├└─]*(\S+)", line).group(1)
+        depth = len(line) - len(line.lstrip(" │├└─"))
+        while parents[-1][0] >= depth:
+            parents.pop()
+        path = parents[-1][1] / name.rstrip("/")
+        assert path.exists(), f"README's layout draws {name} under {parents[-1][1].relative_to(ROOT)}/, which has no such path"
+        if name.endswith("/"):
+            parents.append((depth, path))
+
+
+def test_the_shared_primitives_take_no_family_option():
+    """A family's quirk is a subclass in its family file, not an option every family's layers carry."""
+    import inspect
+
+    from coreai_partitioner.llm.blocks import Attention, Block, GatedDeltaNet, GatedMLP, MoE
+
+    general = {
+        Attention: {"path", "shape", "q", "k", "v", "o", "context", "dtype", "scale", "q_norm", "k_norm", "rope", "rope_dims", "window"},
+        MoE: {"router", "gate_up", "down", "top_k", "renormalize", "act"},
+        Block: {"mixer", "mlp", "pre_attn", "post_attn", "pre_mlp", "post_mlp"},
+        GatedMLP: {"act", "gate", "up", "down"},
+        GatedDeltaNet: {"module", "dtype"},
+    }
+    for primitive, parameters in general.items():
+        taken = set(inspect.signature(primitive.__init__).parameters) - {"self"}
+        assert taken == parameters, (
+            f"{primitive.__name__} takes {sorted(taken - parameters)} beyond its general math: make the family's "
+            f"quirk a subclass in llm/families/<family>.py (kind= to Build.attention / Build.moe)"
+        )

@@ -124,7 +124,7 @@ def test_a_pte_path_is_hashed_once_and_again_only_when_the_file_changes(tmp_path
         model, x, ep, records = two_norms()
         programs.append((model, x, lower(ep, records).to_executorch().buffer))
     hashes = []
-    sha256 = verify.hashlib.sha256
+    sha256 = execution.hashlib.sha256
     monkeypatch.setattr(execution.hashlib, "sha256", lambda *data: hashes.append(1) or sha256(*data))
     for model, x, data in programs:  # the second is written over the first, at the same path
         path.write_bytes(data)

@@ -24,8 +24,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from coreai_partitioner.verify.report import OutputsReport
 
 __all__ = [
     "DTYPE_THRESHOLDS",
@@ -212,47 +215,30 @@ class SignalComparison:
 
 
 @dataclass(frozen=True)
-class SignalReport:
+class SignalReport(OutputsReport):
     """Per output: a low-precision program against its fp32 reference, judged by :class:`Threshold`."""
 
-    outputs: tuple[SignalComparison, ...]
     precision: str = ""
-    note: str = ""
 
-    @property
-    def ok(self) -> bool:
-        return not self.note and all(o.ok for o in self.outputs)
+    headers = ("output", "shape", "dtype", "SNR dB", "PSNR dB", "max abs err", "top-1 same", "needs SNR / PSNR", "result")
+    falls_short = "lowered program is not close enough to its fp32 reference"
 
-    def __str__(self) -> str:
-        from coreai_partitioner.verify.table import table
-
-        rows = [
-            [
-                o.index,
-                tuple(o.shape),
-                str(o.dtype).replace("torch.", ""),
-                f"{o.snr:.1f}",
-                f"{o.psnr:.1f}",
-                f"{o.max_abs_error:.3e}",
-                str(o.top1) if o.top1 is not None else "",
-                f"{o.threshold.snr:g} / {o.threshold.psnr:g}",
-                "ok" if o.ok else "; ".join(o.failures()),
-            ]
-            for o in self.outputs
+    def row(self, o: SignalComparison) -> list[Any]:
+        return [
+            o.index,
+            tuple(o.shape),
+            str(o.dtype).replace("torch.", ""),
+            f"{o.snr:.1f}",
+            f"{o.psnr:.1f}",
+            f"{o.max_abs_error:.3e}",
+            str(o.top1) if o.top1 is not None else "",
+            f"{o.threshold.snr:g} / {o.threshold.psnr:g}",
+            "ok" if o.ok else "; ".join(o.failures()),
         ]
-        headers = ["output", "shape", "dtype", "SNR dB", "PSNR dB", "max abs err", "top-1 same", "needs SNR / PSNR", "result"]
-        lines = [table(rows, headers)]
-        if self.precision:
-            lines.append(f"thresholds of {self.precision} (coreai_partitioner.verify.fidelity)")
-        if self.note:
-            lines.append(self.note)
-        lines.append("ok" if self.ok else "NOT OK")
-        return "\n".join(lines)
 
-    def raise_for_mismatch(self) -> None:
-        """Raise ``AssertionError`` with the table when an output falls short of its threshold."""
-        if not self.ok:
-            raise AssertionError("lowered program is not close enough to its fp32 reference:\n" + str(self))
+    def notes(self) -> list[str]:
+        said = [f"thresholds of {self.precision} (coreai_partitioner.verify.fidelity)"] if self.precision else []
+        return said + super().notes()
 
 
 def compare(
@@ -289,4 +275,4 @@ def compare(
     note = ""
     if len(actual) != len(expected):
         note = f"the program returns {len(actual)} output(s), the reference {len(expected)}"
-    return SignalReport(tuple(rows), precision, note)
+    return SignalReport(tuple(rows), note, precision)

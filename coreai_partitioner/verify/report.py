@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from coreai_partitioner.verify.execution import as_tuple, run
 from coreai_partitioner.verify.table import table
+
 
 def default_tolerances(dtype: torch.dtype) -> tuple[float, float]:
     """``(rtol, atol)`` for comparing an output of ``dtype`` with eager PyTorch."""
@@ -46,40 +47,58 @@ class OutputComparison:
 
 
 @dataclass(frozen=True)
-class Report:
-    """Per-output comparison of a lowered program with its reference."""
+class OutputsReport:
+    """A program's outputs against a reference, one table row each, and a verdict.
 
-    outputs: tuple[OutputComparison, ...]
+    A subclass says what an output's row holds (:attr:`headers`, :meth:`row`)
+    and what :meth:`raise_for_mismatch` says when the program falls short.
+    """
+
+    outputs: tuple
     note: str = ""
+
+    headers: ClassVar[tuple[str, ...]] = ()
+    falls_short: ClassVar[str] = "lowered program does not match its reference"
 
     @property
     def ok(self) -> bool:
         return not self.note and all(o.ok for o in self.outputs)
 
+    def row(self, output: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def notes(self) -> list[str]:
+        """Lines printed under the table, before the verdict."""
+        return [self.note] if self.note else []
+
     def __str__(self) -> str:
-        rows = [
-            [
-                o.index,
-                tuple(o.shape),
-                str(o.dtype).replace("torch.", ""),
-                f"{o.max_abs_error:.3e}",
-                f"{o.max_rel_error:.3e}",
-                f"{o.rtol:.0e}",
-                f"{o.atol:.0e}",
-                "ok" if o.ok else (o.note or f"MISMATCH ({o.mismatched} element(s) out of tolerance)"),
-            ]
-            for o in self.outputs
-        ]
-        lines = [table(rows, ["output", "shape", "dtype", "max abs err", "max rel err", "rtol", "atol", "result"])]
-        if self.note:
-            lines.append(self.note)
+        lines = [table([self.row(o) for o in self.outputs], list(self.headers)), *self.notes()]
         lines.append("ok" if self.ok else "NOT OK")
         return "\n".join(lines)
 
     def raise_for_mismatch(self) -> None:
-        """Raise ``AssertionError`` with the table when any output is out of tolerance."""
+        """Raise ``AssertionError`` with the table when an output falls short."""
         if not self.ok:
-            raise AssertionError("lowered program does not match its reference:\n" + str(self))
+            raise AssertionError(f"{self.falls_short}:\n{self}")
+
+
+@dataclass(frozen=True)
+class Report(OutputsReport):
+    """Per-output comparison of a lowered program with its reference, element by element."""
+
+    headers = ("output", "shape", "dtype", "max abs err", "max rel err", "rtol", "atol", "result")
+
+    def row(self, o: OutputComparison) -> list[Any]:
+        return [
+            o.index,
+            tuple(o.shape),
+            str(o.dtype).replace("torch.", ""),
+            f"{o.max_abs_error:.3e}",
+            f"{o.max_rel_error:.3e}",
+            f"{o.rtol:.0e}",
+            f"{o.atol:.0e}",
+            "ok" if o.ok else (o.note or f"MISMATCH ({o.mismatched} element(s) out of tolerance)"),
+        ]
 
 
 def compare(

@@ -279,9 +279,9 @@ def references(real_checkpoint) -> dict[str, dict[str, llm.Reference]]:
     """Per precision, the fp32 model's reference (``"model"``) and each broken twin's over the same tokens.
 
     The tokens are export-llm --verify's: a random 8-token prompt and the model's 8 greedy tokens.  fp16 takes
-    the prompt's call alone (software fp16: 3.5 s of one core a token), where its SNR is what the whole's is
-    (29.6 dB against 32.2); int4's error gathers at some positions (0.0 dB at the prompt's, 6.4 over all 8),
-    so the others take the whole.
+    the prompt's call alone (software fp16: 3.5 s of one core a token), where its SNR is near the whole's
+    (29.6 dB against 32.2); int4's is not (-0.5 dB at the prompt's last position, 6.4 over all 8), so the
+    others take the whole.
     """
     model = load_fp32(real_checkpoint)
     whole = {"model": llm.check.reference(model, SHAPES)}

@@ -13,11 +13,13 @@ model's broken twins (a perturbed weight, two layers swapped): the
 thresholds of :mod:`coreai_partitioner.fidelity` tell a wrong model at
 every precision.
 
-Cost: coreai-core computes fp16 in software on Linux (a 576 x 1536 linear at
-0.04 GFLOP/s, about 3.5 s of one core per token of this model), so the fp16
-command (export, ``--verify``, the 37-token chat prompt, 8 answer tokens)
-takes about five minutes of one core.  It starts before the module's first
-test and runs beside the others, on the second core.
+Cost, in CPU seconds of one core: the fp16 command about 300 (coreai-core
+computes fp16 in software on Linux, a 576 x 1536 linear at 0.04 GFLOP/s,
+about 3.5 s a token of this model: export 40, ``--verify`` 80, the 37-token
+chat prompt and 8 answer tokens 180), the int4 command 120, the installed
+fp32 command 70, the rest (the checkpoint, Hugging Face's answers, the
+references, the int8 export, the checks) 260.  The fp16 and int4 commands
+start before the module's first test and run beside the others.
 """
 
 from __future__ import annotations
@@ -124,15 +126,26 @@ def fp16_command(real_checkpoint, tmp_path_factory):
     command.stop()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _fp16_starts_first(request) -> None:
-    """The fp16 command is the long one: it starts before the module's first test when a test here needs it."""
-    def needs_fp16(item) -> bool:
-        precision = getattr(item, "callspec", None) and item.callspec.params.get("precision")
-        return "fp16_command" in item.fixturenames or precision == "fp16"
+@pytest.fixture(scope="module")
+def int4_command(real_checkpoint, tmp_path_factory):
+    command = Command.start(tmp_path_factory.mktemp("int4"), *chat_flags(real_checkpoint, "--quantize", "int4"))
+    yield command
+    command.stop()
 
-    if any(needs_fp16(item) for item in request.session.items if item.module is request.module):
-        request.getfixturevalue("fp16_command")
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands_start_first(request) -> None:
+    """The fp16 and int4 commands start before the module's first test, when a test here needs them, and run
+    beside the others (fp16's alone takes about five minutes of one core)."""
+    here = [item for item in request.session.items if item.module is request.module]
+    for precision in ("fp16", "int4"):
+        fixture = f"{precision}_command"
+        if any(fixture in item.fixturenames or precision_of(item) == precision for item in here):
+            request.getfixturevalue(fixture)
+
+
+def precision_of(item) -> str | None:
+    return item.callspec.params.get("precision") if hasattr(item, "callspec") else None
 
 
 @pytest.fixture(scope="module")
@@ -223,13 +236,6 @@ def test_a_pip_installed_checkout_exports_the_real_model_and_answers_its_chat_as
 
 
 # ---------------------------------------------------------------- int4
-
-
-@pytest.fixture(scope="module")
-def int4_command(real_checkpoint, tmp_path_factory):
-    command = Command.start(tmp_path_factory.mktemp("int4"), *chat_flags(real_checkpoint, "--quantize", "int4"))
-    yield command
-    command.stop()
 
 
 def test_the_int4_export_answers_the_chat_with_the_fact(int4_command):

@@ -1,0 +1,360 @@
+"""A real trained model as a user meets it: exported by the package command, answering chat through TextLLMRunner.
+
+The model is SmolLM2-135M-Instruct (the ``real_checkpoint`` fixture,
+``tests/real_checkpoint.py``), exported in the host form (the default
+target) by ``python -m coreai_partitioner export-llm``: fp32 by a
+pip-installed checkout in a fresh venv outside it, fp16 with ``--verify``,
+int4 (blocks of 32); int8 by ``llm.lower_decoder``.  Its answers to a chat
+message, in the checkpoint's chat template as ``--chat`` applies it and
+through ExecuTorch's ``TextLLMRunner``, are Hugging Face ``generate``'s in
+the same dtype (fp32, fp16) or keep the fact (int4).  ``llm.check`` passes
+each precision's ``.pte`` against the fp32 model and fails it against the
+model's broken twins (a perturbed weight, two layers swapped): the
+thresholds of :mod:`coreai_partitioner.fidelity` tell a wrong model at
+every precision.
+
+Cost, in CPU seconds of one core: the fp16 command about 300 (coreai-core
+computes fp16 in software on Linux, a 576 x 1536 linear at 0.04 GFLOP/s,
+about 3.5 s a token of this model: export 40, ``--verify`` 80, the 37-token
+chat prompt and 8 answer tokens 180), the int4 command 120, the installed
+fp32 command 70, the rest (the checkpoint, Hugging Face's answers, the
+references, the int8 export, the checks) 260.  The fp16 and int4 commands
+start before the module's first test and run beside the others.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from coreai_partitioner import llm, save_pte, verify  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+#: Hugging Face's greedy answer is "The capital of Japan is Tokyo." and the end of turn in fp32 and fp16 alike,
+#: every step's top two logits at least 0.97 apart (test_the_question_has_no_near_tie_...), so fp16's rounding
+#: cannot pick another token.  "What is the capital of France?" is a near-tie in fp32 itself (0.09 apart).
+QUESTION = "What is the capital of Japan?"
+ANSWER = "The capital of Japan is Tokyo."
+FACT = "Tokyo"
+NEW_TOKENS = 8  # the answer through its end-of-turn token
+#: The chat prompt is 37 tokens: one call of the runner (dynamic shapes), the answer within the context.
+SHAPE_FLAGS = ("--max-context-len", "64", "--prefill-chunk", "48")
+SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=48)
+
+
+# ---------------------------------------------------------------- the package command
+
+
+@dataclass
+class Command:
+    """``python -m coreai_partitioner export-llm ... --out DIR/model.pte`` running in the background, its
+    output in ``DIR/stdout`` and ``DIR/stderr``."""
+
+    process: subprocess.Popen
+    directory: Path
+
+    @classmethod
+    def start(cls, directory: Path, *args: str, python: str | os.PathLike = sys.executable, env=None) -> Command:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / "stdout", "wb") as out, open(directory / "stderr", "wb") as err:
+            process = subprocess.Popen(
+                [str(python), "-m", "coreai_partitioner", "export-llm", *args, "--out", str(directory / "model.pte")],
+                stdout=out, stderr=err, cwd=directory, env=env,
+            )
+        return cls(process, directory)
+
+    @property
+    def pte(self) -> Path:
+        """The command writes the .pte under another name and gives it this one once verified."""
+        return self.directory / "model.pte"
+
+    def wait(self, timeout: float = 1800) -> subprocess.CompletedProcess:
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        read = lambda name: (self.directory / name).read_text(errors="replace")  # noqa: E731
+        return subprocess.CompletedProcess(self.process.args, self.process.returncode, read("stdout"), read("stderr"))
+
+    def stop(self) -> None:
+        """End the command if it still runs (a test failed before waiting for it)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def wait_for_pte(self, timeout: float = 1800) -> Path:
+        """The .pte as soon as it has its name (the command may go on to ``--chat``)."""
+        deadline = time.monotonic() + timeout
+        while not self.pte.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                done = self.wait(0)
+                pytest.fail(f"export-llm wrote no .pte (exit {done.returncode}):\n{done.stderr[-3000:]}")
+            time.sleep(1)
+        return self.pte
+
+
+def chat_flags(checkpoint: Path, *flags: str) -> tuple[str, ...]:
+    return ("--checkpoint", str(checkpoint), *SHAPE_FLAGS, "--chat", QUESTION, "--new-tokens", str(NEW_TOKENS), *flags)
+
+
+def chat_answer(stdout: str) -> str:
+    """The answer ``--chat`` printed (``chat: 'message' -> answer``)."""
+    (answer,) = re.findall(r"^chat: .* -> (.*)$", stdout, flags=re.MULTILINE)
+    return answer
+
+
+@pytest.fixture(scope="module")
+def fp16_command(real_checkpoint, tmp_path_factory):
+    command = Command.start(tmp_path_factory.mktemp("fp16"), *chat_flags(real_checkpoint, "--dtype", "fp16", "--verify"))
+    yield command
+    command.stop()
+
+
+@pytest.fixture(scope="module")
+def int4_command(real_checkpoint, tmp_path_factory):
+    command = Command.start(tmp_path_factory.mktemp("int4"), *chat_flags(real_checkpoint, "--quantize", "int4"))
+    yield command
+    command.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _commands_start_first(request) -> None:
+    """The fp16 and int4 commands start before the module's first test, when a test here needs them, and run
+    beside the others (fp16's alone takes about five minutes of one core)."""
+    here = [item for item in request.session.items if item.module is request.module]
+    for precision in ("fp16", "int4"):
+        fixture = f"{precision}_command"
+        if any(fixture in item.fixturenames or precision_of(item) == precision for item in here):
+            request.getfixturevalue(fixture)
+
+
+def precision_of(item) -> str | None:
+    return item.callspec.params.get("precision") if hasattr(item, "callspec") else None
+
+
+@pytest.fixture(scope="module")
+def hf_answers(real_checkpoint) -> dict[str, tuple[str, list[float]]]:
+    """Per dtype, Hugging Face ``generate``'s greedy answer to QUESTION (up to the end of turn) and each step's gap
+    between its top two logits."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(real_checkpoint)
+    text = tokenizer.apply_chat_template([{"role": "user", "content": QUESTION}], add_generation_prompt=True, tokenize=False)
+    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    answers = {}
+    for name, dtype in (("fp32", torch.float32), ("fp16", torch.float16)):
+        model = AutoModelForCausalLM.from_pretrained(real_checkpoint, dtype=dtype).eval()
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True, return_dict_in_generate=True)
+        new = out.sequences[0, ids.shape[1] :].tolist()
+        eos = model.generation_config.eos_token_id
+        answer = tokenizer.decode(new[: new.index(eos)] if eos in new else new).strip()
+        answers[name] = (answer, [float(v[0] - v[1]) for v in (s[0].float().topk(2).values for s in out.scores)])
+    return answers
+
+
+def test_the_question_has_no_near_tie_in_hf_greedy_answers_at_fp32_and_fp16(hf_answers):
+    for name, (answer, gaps) in hf_answers.items():
+        assert answer == ANSWER, name
+        assert min(gaps) > 0.5, (name, gaps)
+
+
+# ---------------------------------------------------------------- fp32, by a pip-installed checkout outside it
+
+
+@dataclass
+class Installed:
+    """A venv outside the checkout with the checkout pip-installed into it (not editable), and its export-llm run."""
+
+    python: Path
+    site_packages: Path
+    cache: Path
+    command: Command
+    done: subprocess.CompletedProcess
+
+
+@pytest.fixture(scope="module")
+def installed(real_checkpoint, tmp_path_factory) -> Installed:
+    root = tmp_path_factory.mktemp("installed")
+    source = root / "checkout"  # pip builds in the source tree (build/, *.egg-info): a copy keeps the checkout clean
+    shutil.copytree(CHECKOUT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "*.pte", ".pytest_cache", ".hypothesis"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    site_packages = Path(subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True).stdout.strip())
+    # Its dependencies (torch, executorch, coreai-torch, transformers; pip and setuptools to install with) are this
+    # venv's, on its path after its own site-packages: nothing is downloaded.
+    ours = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    (site_packages / "dependencies-of-the-test-venv.pth").write_text("\n".join(ours) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", str(source)],
+        cwd=root, env=env, capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    shutil.rmtree(source)  # nothing can be imported from the copy either
+    env["COREAI_PARTITIONER_CACHE"] = str(root / "cache")  # empty: the host backend is compiled from what shipped
+    command = Command.start(root / "run", *chat_flags(real_checkpoint), python=python, env=env)
+    return Installed(python, site_packages, root / "cache", command, command.wait())
+
+
+def test_a_pip_installed_checkout_runs_from_its_site_packages_and_ships_the_host_backends_sources(installed):
+    where = subprocess.run(  # from where the command ran, outside the checkout
+        [str(installed.python), "-c", "import coreai_partitioner; print(coreai_partitioner.__file__)"],
+        capture_output=True, text=True, cwd=installed.command.directory)
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert Path(where.stdout.strip()).is_relative_to(installed.site_packages), where.stdout
+    package = installed.site_packages / "coreai_partitioner"
+    assert {p.name for p in package.rglob("*.cpp")} == {"CoreAIHostBackend.cpp"}
+    assert {"Manifest.h", "coreai_host_abi.h"} <= {p.name for p in package.rglob("*.h")}
+    assert (installed.python.parent / "coreai-export-llm").is_file()  # the console script
+    assert len(list(installed.cache.glob("libcoreai_host_*.so"))) == 1  # built on first use, from those sources
+
+
+def test_a_pip_installed_checkout_exports_the_real_model_and_answers_its_chat_as_hf_does(installed, hf_answers):
+    done = installed.done
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert chat_answer(done.stdout) == hf_answers["fp32"][0] == ANSWER, done.stdout
+    assert installed.command.pte.is_file()
+
+
+# ---------------------------------------------------------------- int4
+
+
+def test_the_int4_export_answers_the_chat_with_the_fact(int4_command):
+    done = int4_command.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert FACT in chat_answer(done.stdout), done.stdout
+
+
+# ---------------------------------------------------------------- llm.check tells the model from its broken twins
+
+
+def perturbed(model: torch.nn.Module) -> torch.nn.Module:
+    """The last layer's down_proj with noise of three times its own spread added (seeded), as tests/test_fidelity.py."""
+    weight = model.model.layers[-1].mlp.down_proj.weight
+    with torch.no_grad():
+        weight.add_(3 * weight.std() * torch.randn(weight.shape, generator=torch.Generator().manual_seed(0)))
+    return model
+
+
+def swapped(first: int, second: int):
+    def swap(model: torch.nn.Module) -> torch.nn.Module:
+        layers = model.model.layers
+        layers[first], layers[second] = layers[second], layers[first]
+        return model
+
+    return swap
+
+
+#: precision -> (dtype, scheme) of its .pte
+PRECISIONS = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "int8": (torch.float32, "int8"), "int4": (torch.float32, "int4")}
+#: broken twin -> the precisions at which llm.check tells it from the model
+BROKEN = {
+    "a perturbed weight": (perturbed, set(PRECISIONS)),
+    "the first two layers swapped": (swapped(0, 1), set(PRECISIONS)),
+    "layers 14 and 15 swapped": (swapped(14, 15), {"fp32", "fp16", "int8"}),  # int4: test_at_int4_...
+}
+
+
+def load_fp32(checkpoint: Path) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def references(real_checkpoint) -> dict[str, dict[str, llm.Reference]]:
+    """Per precision, the fp32 model's reference (``"model"``) and each broken twin's over the same tokens.
+
+    The tokens are export-llm --verify's: a random 8-token prompt and the model's 8 greedy tokens.  fp16 takes
+    the prompt's call alone (software fp16: 3.5 s of one core a token), where its SNR is near the whole's
+    (29.6 dB against 32.2); int4's is not (-0.5 dB at the prompt's last position, 6.4 over all 8), so the
+    others take the whole.
+    """
+    model = load_fp32(real_checkpoint)
+    whole = {"model": llm.check.reference(model, SHAPES)}
+    prompt = {"model": llm.check.reference(model, SHAPES, new_tokens=1)}
+    del model
+    for name, (make, _) in BROKEN.items():
+        twin = make(load_fp32(real_checkpoint))
+        for over in (whole, prompt):
+            over[name] = llm.check.reference(twin, SHAPES, following=over["model"])
+    return {precision: prompt if precision == "fp16" else whole for precision in PRECISIONS}
+
+
+@pytest.fixture(scope="module")
+def int8_pte(real_checkpoint, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("int8") / "model.pte"
+    return save_pte(llm.lower_decoder(load_fp32(real_checkpoint), SHAPES, quantize="int8"), path)
+
+
+@pytest.fixture(scope="module")
+def program_logits(request, references):
+    """Per precision, its .pte's logits over the reference's tokens, run once: fp32's .pte is the installed
+    command's, fp16's the fp16 command's (as soon as verified, while it goes on to the chat), int4's the int4
+    command's, int8's ``lower_decoder``'s."""
+    done: dict[str, torch.Tensor] = {}
+
+    def logits(precision: str) -> torch.Tensor:
+        if precision not in done:
+            if precision == "fp32":
+                pte = request.getfixturevalue("installed").command.pte
+            elif precision == "int8":
+                pte = request.getfixturevalue("int8_pte")
+            else:
+                pte = request.getfixturevalue(f"{precision}_command").wait_for_pte()
+            done[precision] = llm.check.program_logits(pte, references[precision]["model"], SHAPES)
+            verify.reset_state(pte)  # the loaded program goes with its state
+        return done[precision]
+
+    return logits
+
+
+@pytest.mark.parametrize("precision", list(PRECISIONS))
+def test_llm_check_passes_the_real_models_pte_and_fails_it_against_its_broken_twins(precision, program_logits, references):
+    dtype, scheme = PRECISIONS[precision]
+    logits = program_logits(precision)
+    report = llm.check.judge(logits, references[precision]["model"], dtype=dtype, quantize=scheme)
+    assert report.ok, report
+    for name, (_, caught_at) in BROKEN.items():
+        if precision in caught_at:
+            report = llm.check.judge(logits, references[precision][name], dtype=dtype, quantize=scheme)
+            row = report.signal.outputs[0]
+            assert not report.ok and row.snr < row.threshold.snr, (name, str(report))
+
+
+def test_at_int4_two_middle_layers_swapped_are_within_the_quantization_noise(program_logits, references):
+    # int4's own error against the fp32 model (6.4 dB SNR over these tokens) is larger than what swapping layers
+    # 14 and 15 changes: by SNR against the fp32 model the check cannot tell them apart.  fp32, fp16 and int8
+    # tell (the test above).
+    report = llm.check.judge(program_logits("int4"), references["int4"]["layers 14 and 15 swapped"], quantize="int4")
+    assert report.ok, report
+
+
+# ---------------------------------------------------------------- fp16, what a device ships
+
+
+def test_a_real_fp16_export_with_verify_passes_writes_its_pte_and_answers_as_hf_fp16_does(fp16_command, hf_answers):
+    done = fp16_command.wait()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "thresholds of fp16" in done.stdout and "\nok\n" in done.stdout, done.stdout
+    assert f"wrote {fp16_command.pte} and tokenizer.json" in done.stdout and fp16_command.pte.is_file()
+    assert chat_answer(done.stdout) == hf_answers["fp16"][0] == ANSWER, done.stdout

@@ -196,29 +196,3 @@ def test_device_pte_stores_palettized_weights_once_and_generates_the_quantized_m
             logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([position]))
             position += 1
     assert llm.greedy_decode(path, start, 8, SHAPES, eos_ids=()) == tokens
-
-
-@pytest.mark.slow
-def test_a_real_trained_model_in_the_device_form_answers_a_chat_prompt_through_text_llm_runner(real_checkpoint, tmp_path):
-    # fp32 here: the Linux runtime's fp16 is software (minutes a prompt); benchmarks/real_chat.py runs fp16.
-    import shutil
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from coreai_partitioner.llm import runner
-
-    tokenizer = AutoTokenizer.from_pretrained(real_checkpoint)
-    model = AutoModelForCausalLM.from_pretrained(real_checkpoint, dtype=torch.float32).eval()
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of Japan?"}], add_generation_prompt=True, tokenize=False
-    )
-    ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        expected = tokenizer.decode(model.generate(ids, max_new_tokens=10, do_sample=False)[0, ids.shape[1]:])
-    assert "Tokyo" in expected
-    shapes = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device")
-    path = save_pte(llm.lower_decoder(model, shapes), tmp_path / "model.pte")
-    assert_device_contract(path)
-    shutil.copy(real_checkpoint / "tokenizer.json", tmp_path / "tokenizer.json")
-    answer = runner.generate(path, tmp_path / "tokenizer.json", text, max_new_tokens=10)
-    assert answer.text.strip() == expected.strip()

@@ -3,22 +3,24 @@
 The model is SmolLM2-135M-Instruct (the ``real_checkpoint`` fixture,
 ``tests/real_checkpoint.py``), exported in the host form (the default
 target) by ``python -m coreai_partitioner export-llm``: fp32 by a
-pip-installed checkout in a fresh venv outside it, fp16 with ``--verify``,
-int4 (blocks of 32); int8 by ``llm.lower_decoder``.  Its answers to a chat
+pip-installed checkout in a fresh venv outside it, in the device form
+(``--target device``: what an iPhone runs, the prompt fed token by token),
+fp16 with ``--verify``, int4 (blocks of 32).  Its answers to a chat
 message, in the checkpoint's chat template as ``--chat`` applies it and
 through ExecuTorch's ``TextLLMRunner``, are Hugging Face ``generate``'s in
 the same dtype (fp32, fp16) or keep the fact (int4).  ``llm.check`` passes
 each precision's ``.pte`` against the fp32 model and fails it against the
 model's broken twins (a perturbed weight, two layers swapped): the
-thresholds of :mod:`coreai_partitioner.fidelity` tell a wrong model at
-every precision.
+thresholds of :mod:`coreai_partitioner.verify.fidelity` tell a wrong model at
+every precision (int8's broken twins are the tiny models' in
+``tests/test_fidelity.py``).
 
 Cost, in CPU seconds of one core: the fp16 command about 300 (coreai-core
 computes fp16 in software on Linux, a 576 x 1536 linear at 0.04 GFLOP/s,
 about 3.5 s a token of this model: export 40, ``--verify`` 80, the 37-token
 chat prompt and 8 answer tokens 180), the int4 command 120, the installed
 fp32 command 70, the rest (the checkpoint, Hugging Face's answers, the
-references, the int8 export, the checks) 260.  The fp16 and int4 commands
+references, the checks) 150.  The fp16 and int4 commands
 start before the module's first test and run beside the others.
 """
 
@@ -39,7 +41,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from coreai_partitioner import llm, save_pte, verify  # noqa: E402
+from coreai_partitioner import llm, verify  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +57,7 @@ NEW_TOKENS = 8  # the answer through its end-of-turn token
 #: The chat prompt is 37 tokens: one call of the runner (dynamic shapes), the answer within the context.
 SHAPE_FLAGS = ("--max-context-len", "64", "--prefill-chunk", "48")
 SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=48)
+DEVICE_SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=48, target="device")
 
 
 # ---------------------------------------------------------------- the package command
@@ -211,7 +214,7 @@ def installed(real_checkpoint, tmp_path_factory) -> Installed:
     assert pip.returncode == 0, pip.stderr[-3000:]
     shutil.rmtree(source)  # nothing can be imported from the copy either
     env["COREAI_PARTITIONER_CACHE"] = str(root / "cache")  # empty: the host backend is compiled from what shipped
-    command = Command.start(root / "run", *chat_flags(real_checkpoint), python=python, env=env)
+    command = Command.start(root / "run", *chat_flags(real_checkpoint, "--target", "device"), python=python, env=env)
     return Installed(python, site_packages, root / "cache", command, command.wait())
 
 
@@ -228,11 +231,15 @@ def test_a_pip_installed_checkout_runs_from_its_site_packages_and_ships_the_host
     assert len(list(installed.cache.glob("libcoreai_host_*.so"))) == 1  # built on first use, from those sources
 
 
-def test_a_pip_installed_checkout_exports_the_real_model_and_answers_its_chat_as_hf_does(installed, hf_answers):
+def test_a_pip_installed_checkout_exports_the_real_model_in_the_device_form_and_answers_its_chat_as_hf_does(
+    installed, hf_answers
+):
+    from test_llm_device import assert_device_contract
+
     done = installed.done
     assert done.returncode == 0, done.stderr[-3000:]
     assert chat_answer(done.stdout) == hf_answers["fp32"][0] == ANSWER, done.stdout
-    assert installed.command.pte.is_file()
+    assert_device_contract(installed.command.pte)  # what upstream's on-device runtime takes
 
 
 # ---------------------------------------------------------------- int4
@@ -265,12 +272,12 @@ def swapped(first: int, second: int):
 
 
 #: precision -> (dtype, scheme) of its .pte
-PRECISIONS = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "int8": (torch.float32, "int8"), "int4": (torch.float32, "int4")}
+PRECISIONS = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "int4": (torch.float32, "int4")}
 #: broken twin -> the precisions at which llm.check tells it from the model
 BROKEN = {
     "a perturbed weight": (perturbed, set(PRECISIONS)),
     "the first two layers swapped": (swapped(0, 1), set(PRECISIONS)),
-    "layers 14 and 15 swapped": (swapped(14, 15), {"fp32", "fp16", "int8"}),  # int4: test_at_int4_...
+    "layers 14 and 15 swapped": (swapped(14, 15), {"fp32", "fp16"}),  # int4: test_at_int4_...
 }
 
 
@@ -301,27 +308,19 @@ def references(real_checkpoint) -> dict[str, dict[str, llm.Reference]]:
 
 
 @pytest.fixture(scope="module")
-def int8_pte(real_checkpoint, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("int8") / "model.pte"
-    return save_pte(llm.lower_decoder(load_fp32(real_checkpoint), SHAPES, quantize="int8"), path)
-
-
-@pytest.fixture(scope="module")
 def program_logits(request, references):
     """Per precision, its .pte's logits over the reference's tokens, run once: fp32's .pte is the installed
-    command's, fp16's the fp16 command's (as soon as verified, while it goes on to the chat), int4's the int4
-    command's, int8's ``lower_decoder``'s."""
+    command's (the device form), fp16's the fp16 command's (as soon as verified, while it goes on to the chat),
+    int4's the int4 command's."""
     done: dict[str, torch.Tensor] = {}
 
     def logits(precision: str) -> torch.Tensor:
         if precision not in done:
             if precision == "fp32":
-                pte = request.getfixturevalue("installed").command.pte
-            elif precision == "int8":
-                pte = request.getfixturevalue("int8_pte")
+                pte, shapes = request.getfixturevalue("installed").command.pte, DEVICE_SHAPES
             else:
-                pte = request.getfixturevalue(f"{precision}_command").wait_for_pte()
-            done[precision] = llm.check.program_logits(pte, references[precision]["model"], SHAPES)
+                pte, shapes = request.getfixturevalue(f"{precision}_command").wait_for_pte(), SHAPES
+            done[precision] = llm.check.program_logits(pte, references[precision]["model"], shapes)
             verify.reset_state(pte)  # the loaded program goes with its state
         return done[precision]
 
@@ -343,8 +342,8 @@ def test_llm_check_passes_the_real_models_pte_and_fails_it_against_its_broken_tw
 
 def test_at_int4_two_middle_layers_swapped_are_within_the_quantization_noise(program_logits, references):
     # int4's own error against the fp32 model (6.4 dB SNR over these tokens) is larger than what swapping layers
-    # 14 and 15 changes: by SNR against the fp32 model the check cannot tell them apart.  fp32, fp16 and int8
-    # tell (the test above).
+    # 14 and 15 changes: by SNR against the fp32 model the check cannot tell them apart.  fp32 and fp16 tell
+    # (the test above), and int8 (24.1 dB against the model, 15.0 against this twin; measured, not a test).
     report = llm.check.judge(program_logits("int4"), references["int4"]["layers 14 and 15 swapped"], quantize="int4")
     assert report.ok, report
 

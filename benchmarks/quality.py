@@ -288,22 +288,26 @@ def plot(data: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     results, parameters = data["results"], data["meta"]["parameters"]
-    rows = [r for r, result in results.items() if result["run"]["dtype"] == "fp32"]
-    bits = [8 * results[r].get("size", results[r]["run"])["pte"] / parameters for r in rows]
+    rows = [r for r, result in results.items() if "size" in result]
+    bits = [8 * results[r]["size"]["pte"] / parameters for r in rows]
+    reference = results.get("fp32", {}).get("run", {}).get("text")
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for axis, values, label in (
-        (left, [results[r]["run"]["text"]["perplexity"] for r in rows], "perplexity"),
-        (right, [100 * results[r]["run"]["text"]["top1_same"] / results[r]["run"]["text"]["positions"] for r in rows],
-         "top-1 = fp32 model's (%)"),
-    ):
+    for axis, key, label in ((left, "perplexity", "perplexity"), (right, "top1", "top-1 = fp32 model's (%)")):
+        def value(text: dict) -> float:
+            return text["perplexity"] if key == "perplexity" else 100 * text["top1_same"] / text["positions"]
+
+        values = [value(results[r]["run"]["text"]) for r in rows]
         axis.scatter(bits, values)
         for x, y, name in zip(bits, values, rows):
             axis.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        axis.set_xscale("log", base=2)
+        if reference:
+            axis.axhline(value(reference), color="grey", linestyle="--", linewidth=1, label="fp32")
+            axis.legend(fontsize=8)
         axis.set_xlabel("bits per weight (whole .pte, fp16 form)")
         axis.set_ylabel(label)
-    left.set_title(f"SmolLM2-135M-Instruct, {data['meta']['tokens']} tokens, fp32 activations")
-    right.set_title("teacher-forced top-1 agreement")
+    left.set_yscale("log")
+    left.set_title(f"SmolLM2-135M-Instruct, {data['meta']['tokens']} tokens, fp32 activations", fontsize=10)
+    right.set_title("teacher-forced top-1 agreement with fp32", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
 

@@ -55,8 +55,8 @@ PHASES = (
     ("coreai_partitioner.llm.export", "export_decoder", "export + externalize"),
     ("coreai_partitioner.quantize", "quantize", "quantize"),
     ("coreai_partitioner.quantize", "check_model", "check shapes"),
+    ("coreai_partitioner.weight_forms", "compress", "compress (k-means or integers)"),  # before palettize imports it
     ("coreai_partitioner.palettize", "palettize", "palettize"),
-    ("coreai_partitioner.weight_forms", "compress", "compress (k-means or integers)"),
     ("coreai_partitioner.program_weights", "replace_weights", "replace weights"),
     ("coreai_partitioner.quantize", "_decomposed", "decompose"),
     ("coreai_partitioner.quantize", "_quantize_with_coreai_opt", "coreai-opt"),

@@ -15,7 +15,13 @@ with ``from_pretrained``; nothing is downloaded).  ``*-fp32`` rows are there
 for runtime figures (``qwen3-30b-a3b-1l-fp32`` at one layer: a 64-token call
 gathers 512 (token, expert) weight rows, 6.4 GB in fp32; ``qwen3.5-4l-fp32``
 with its embedding tied, 4 GB less); ``qwen3-0.6b-28l-fp32-all-logits`` exports every
-position's logits, beside the default last position's.  Eager's logits are
+position's logits, beside the default last position's.  ``llama-3.1-8b-int4``
+and ``llama-3.1-8b-palettize4`` are Llama-3.1-8B's shape (32 layers, d 4096,
+MLP 14336, vocab 128,256 untied, 32 heads, 8 KV heads), fp16, quantized at
+export (``lower_decoder(quantize=)``): coreai-opt's int4 blocks beside k-means
+look-up tables over 8B weights; run them alone on a quiet machine (``--rows
+llama-3.1-8b-int4 llama-3.1-8b-palettize4 --paths plugin``; the checkpoint is
+16 GB under ``--cache-dir``).  Eager's logits are
 computed and the model freed before the runtime loads the ``.pte``.  Every row is two processes, one after the other: the plugin
 path (``llm.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
 ``examples/export_llm.py`` does) and coreai-torch's one-shot conversion of
@@ -79,6 +85,9 @@ ROWS = {
     # the device form (llm.lower_decoder(target="device")) beside the host rows of the same checkpoint
     "qwen3-0.6b-28l-device": ("qwen3-0.6b", "fp16", 28, {"target": "device"}),
     "qwen3-0.6b-28l-fp32-device": ("qwen3-0.6b", "fp32", 28, {"target": "device"}),
+    # Llama-3.1-8B's shape, weight-only quantized: k-means look-up tables beside coreai-opt's int4 blocks
+    "llama-3.1-8b-int4": ("llama-3.1-8b", "fp16", 32, {"quantize": "int4"}),
+    "llama-3.1-8b-palettize4": ("llama-3.1-8b", "fp16", 32, {"quantize": "palettize4"}),
 }
 PATHS = ("plugin", "oneshot")
 #: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
@@ -94,6 +103,7 @@ TIMED_ROWS = (
 RUNTIME_ONLY_ROWS = (
     "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32",
     "qwen3.5-8l", "qwen3.5-4l-fp32", "qwen3-0.6b-28l-device", "qwen3-0.6b-28l-fp32-device",
+    "llama-3.1-8b-int4", "llama-3.1-8b-palettize4",  # coreai-torch's one shot of 8B weights: ~37 GB
 )
 #: Rows with experts: a one-call prefill gathers every (token, expert) pair's weights, as single calls do.
 MOE_ROWS = ("qwen3-moe", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32")
@@ -112,6 +122,12 @@ def checkpoint_config(recipe: str, layers: int) -> Any:
         return transformers.Qwen3_5TextConfig(num_hidden_layers=layers)
     if recipe == "qwen3.5-tied":  # the same with one 248,320 x 4096 embedding: 4 GB less in fp32
         return transformers.Qwen3_5TextConfig(num_hidden_layers=layers, tie_word_embeddings=True)
+    if recipe == "llama-3.1-8b":
+        return transformers.LlamaConfig(
+            vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=layers,
+            num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
+            rope_theta=500000.0, max_position_embeddings=131072,
+        )
     if recipe == "llama-3.2-1b":
         return transformers.LlamaConfig(
             vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
@@ -286,6 +302,7 @@ BREAKDOWN = (
     ("externalize", ("export + externalize",)),
     ("  trace to ATen", ("export + externalize", "torch.export to decomposed ATen")),
     ("  sub-exports", ("export + externalize", "sub-exports")),
+    ("  quantize", ("export + externalize", "quantize")),
     ("narrow dtypes", ("narrow dtypes",)),
     ("to_backend", ("to_backend",)),
     ("  preprocess", ("to_backend", "preprocess")),
@@ -406,6 +423,13 @@ def targets(plugin: dict, oneshot: dict) -> list[str]:
         check(last["ttft_one_call_s"] < every["ttft_one_call_s"],
               f"0.6B fp32: one-call {PROMPT}-token prefill {last['ttft_one_call_s']:.2f} s returning the last "
               f"position's logits vs {every['ttft_one_call_s']:.2f} s returning every position's")
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for name in ("llama-3.1-8b-int4", "llama-3.1-8b-palettize4"):
+        r = plugin.get(name)
+        if r:
+            check("failed" not in r, f"{name}: exports on this {memory / GB:.0f} GB machine"
+                  + (f" (peak {r['peak'] / GB:.1f} GB, {r['extra_over_weights']:.2f}x extra; {r['export_s']:.0f} s)"
+                     if "peak" in r else ""))
     for name in ("qwen3-30b-a3b-4l", "qwen3.5-8l"):
         r = good(name, plugin)
         if r:

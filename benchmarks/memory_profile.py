@@ -53,6 +53,15 @@ QWEN3_30B_A3B = dict(
 PHASES = (
     ("coreai_partitioner.llm.export", "adapt", "adapt the family"),
     ("coreai_partitioner.llm.export", "export_decoder", "export + externalize"),
+    ("coreai_partitioner.quantize", "quantize", "quantize"),
+    ("coreai_partitioner.quantize", "check_model", "check shapes"),
+    ("coreai_partitioner.quantize.weight_forms", "compress", "compress (k-means or integers)"),  # before palettize imports it
+    ("coreai_partitioner.quantize.palettize", "palettize", "palettize"),
+    ("coreai_partitioner.program_weights", "replace_weights", "replace weights"),
+    ("coreai_partitioner.quantize", "_decomposed", "decompose"),
+    ("coreai_partitioner.quantize", "_quantize_with_coreai_opt", "coreai-opt"),
+    ("coreai_opt.quantization:Quantizer", "prepare", "coreai-opt prepare"),
+    ("coreai_opt.quantization:Quantizer", "finalize", "coreai-opt finalize"),
     ("executorch.exir", "to_edge_transform_and_lower", "to_edge_transform_and_lower"),
     ("coreai_partitioner.llm.whole_program", "lower_whole_program", "lower_whole_program"),
     ("torch.export", "export", "torch.export"),
@@ -261,6 +270,7 @@ def measure_export(
     oneshot: bool = False,
     full_logits: bool = False,
     target: str = "host",
+    quantize: str | None = None,
     profile: Profile | None = None,
 ) -> tuple[Any, Measurement]:
     """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
@@ -296,7 +306,7 @@ def measure_export(
         out = _oneshot(model, shapes, out.with_suffix(".aimodel"), profile)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     else:
-        lowered = llm.lower_decoder(model, shapes, full_logits=full_logits)
+        lowered = llm.lower_decoder(model, shapes, full_logits=full_logits, quantize=quantize)
         with profile.phase("to_executorch"):
             executorch_program = lowered.to_executorch()
         with profile.phase("write_to_file"):
@@ -364,6 +374,7 @@ def main() -> None:
     parser.add_argument("--max-context-len", type=int, default=64)
     parser.add_argument("--prefill-chunk", type=int, default=32, help="most tokens per forward call (T)")
     parser.add_argument("--oneshot", action="store_true", help="coreai-torch's one-shot conversion instead")
+    parser.add_argument("--quantize", help="a quantize= scheme of lower_decoder (coreai_partitioner.quantize.schemes.SCHEMES)")
     parser.add_argument("--summary", action="store_true", help="also read the .pte back and summarize its assets")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -380,7 +391,8 @@ def main() -> None:
 
     out = args.out or Path(tempfile.gettempdir()) / f"memory_profile_{os.getpid()}.pte"
     _, measurement = measure_export(load, out, max_context_len=args.max_context_len,
-                                    prefill_chunk=args.prefill_chunk, oneshot=args.oneshot, profile=profile)
+                                    prefill_chunk=args.prefill_chunk, oneshot=args.oneshot, quantize=args.quantize,
+                                    profile=profile)
     if args.summary and not args.oneshot:
         summarize(measurement.output, profile)
     print()

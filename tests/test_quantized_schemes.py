@@ -1,0 +1,118 @@
+"""Every ``quantize=`` scheme on one model whose weights are most of its ``.pte``: size, composites, runtime.
+
+The model is the tiny Llama made wider (d 256, MLP 512, vocab 1024, two
+layers: 1.8M weights, 3.7 MB in fp16, the Core AI program and ExecuTorch's
+own bytes about 1% of that), random weights, fp32, lowered once per scheme
+with ``llm.lower_decoder``.  Each scheme's ``.pte`` is:
+
+- as small as its bits say: at most what the scheme's forms store for the
+  weights (:meth:`~coreai_partitioner.quantize.weight_forms.Form.stored_bits`; tables
+  and scales in fp32, as this model's dtype) plus the other parameters and
+  :data:`FIXED` bytes of program; ``palettize4`` at most 0.30x the fp16 weights;
+- the same composites as the float model (the family's row in ``ROWS``);
+- ExecuTorch's runtime equals the quantized eager model (the program
+  ``quantize`` made, before lowering): the prompt's logits, then greedy tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("coreai_opt")
+
+from llm_helpers import ROWS, prompt_tokens  # noqa: E402
+from test_llm_families import asset_composites, wider  # noqa: E402
+
+from coreai_partitioner import llm, save_pte, verify  # noqa: E402
+from coreai_partitioner.quantize.schemes import SCHEMES, scheme  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
+SIZES = dict(hidden_size=256, intermediate_size=512, vocab_size=1024)
+#: The .pte's bytes besides the weights: ExecuTorch's own and the Core AI program with its dequantizing ops
+#: (5 kB and 13 kB float at this depth: README, "Quantized weights"), with room.
+FIXED = 40_000
+PROMPT = 8
+NEW_TOKENS = 8
+
+
+class Lowered:
+    """The model, its ``.pte`` under one scheme, and the quantized eager model."""
+
+    def __init__(self, name: str, directory) -> None:
+        self.scheme = name
+        self.model = wider("llama", **SIZES)
+        reference: list = []
+        lowered = llm.lower_decoder(self.model, SHAPES, quantize=name, quantized_reference=reference)
+        self.pte = save_pte(lowered, directory / f"{name}.pte")
+        self.eager = llm.reset_state(reference[0])
+
+
+_built: dict[str, Lowered] = {}
+
+
+@pytest.fixture(scope="module", params=list(SCHEMES))
+def lowered(request, tmp_path_factory) -> Lowered:
+    if request.param not in _built:
+        _built.clear()  # one scheme's programs in memory at a time
+        _built[request.param] = Lowered(request.param, tmp_path_factory.mktemp("schemes"))
+    return _built[request.param]
+
+
+def weights_bits(model: torch.nn.Module, name: str) -> float:
+    """The most bits scheme ``name`` stores for ``model``'s parameters, by its forms; the rest at 32 bits.
+
+    Every Linear and embedding weight takes its form (the embedding's, or the
+    Linear one); a mixed scheme may promote up to its share of the Linear
+    weights to its wider form.
+    """
+    found = scheme(name)
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    stored = {id(m.weight): m.weight for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
+    bits = 0.0
+    linear = [w for key, w in stored.items() if key not in embedded]
+    for key, weight in stored.items():
+        bits += (found.embedding if key in embedded else found.linear).stored_bits(weight.shape, float_bits=32)
+    if found.promoted is not None:
+        extra = max(
+            (found.promoted.stored_bits(w.shape, float_bits=32) - found.linear.stored_bits(w.shape, float_bits=32)) / w.numel()
+            for w in linear
+        )
+        bits += found.promoted_share * sum(w.numel() for w in linear) * extra
+    others = {id(p): p for p in model.parameters() if id(p) not in stored}
+    return bits + 32 * sum(p.numel() for p in others.values())
+
+
+def test_each_schemes_pte_is_as_small_as_its_bits_say(lowered):
+    size = lowered.pte.stat().st_size
+    bound = weights_bits(lowered.model, lowered.scheme) / 8 + FIXED
+    fp16_weights = 2 * sum(p.numel() for p in {id(p): p for p in lowered.model.parameters()}.values())
+    assert size <= bound, f"{lowered.scheme}: {size:,} bytes, its forms say at most {bound:,.0f} ({size / fp16_weights:.3f}x fp16)"
+    if lowered.scheme == "palettize4":
+        assert size <= 0.30 * fp16_weights, (size, fp16_weights)
+
+
+def test_each_scheme_keeps_every_composite(lowered):
+    counts = asset_composites(lowered.pte)
+    assert {name: counts[name] for name in ROWS["llama"]} == ROWS["llama"]
+
+
+def test_each_schemes_pte_equals_its_quantized_eager_model(lowered):
+    prompt = prompt_tokens(PROMPT, vocab=SIZES["vocab_size"])
+    with torch.no_grad():
+        expected = lowered.eager(prompt, torch.arange(PROMPT))
+    verify.reset_state(lowered.pte)
+    (got,) = verify.run(lowered.pte, prompt, torch.arange(PROMPT))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+    tokens = prompt[0].tolist()
+    eager = llm.reset_state(lowered.eager)
+    with torch.no_grad():
+        logits = eager(prompt, torch.arange(PROMPT))
+        while len(tokens) < PROMPT + NEW_TOKENS:
+            tokens.append(int(logits[0, -1].argmax()))
+            logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
+    assert llm.greedy_decode(lowered.pte, prompt[0].tolist(), NEW_TOKENS, SHAPES, eos_ids=()) == tokens

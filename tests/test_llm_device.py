@@ -178,7 +178,7 @@ def test_graph_breaks_are_refused_where_they_cannot_be_honoured():
 
 @pytest.mark.slow
 def test_device_pte_stores_palettized_weights_once_and_generates_the_quantized_models_tokens(tmp_path):
-    model = wider("llama", hidden_size=256, intermediate_size=512, vocab_size=1024)
+    model = wider("llama", hidden_size=256, intermediate_size=1024, vocab_size=1024)
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
     reference: list = []
     path = save_pte(llm.lower_decoder(model, SHAPES, quantize="palettize4", quantized_reference=reference), tmp_path / "model.pte")

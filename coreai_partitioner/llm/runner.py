@@ -53,6 +53,74 @@ class _Output:
         self._pieces.close()
 
 
+class Runner:
+    """ExecuTorch's ``TextLLMRunner`` over one ``.pte`` and its tokenizer, loaded once (Core AI delegates on
+    the host backend); each :meth:`generate` starts a new conversation from an empty cache."""
+
+    def __init__(self, pte: str | os.PathLike, tokenizer: str | os.PathLike) -> None:
+        from coreai_partitioner import load_runtime_backend
+
+        with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads
+            from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+
+        load_runtime_backend()
+        self.pte = Path(pte)
+        self._config = GenerationConfig
+        streams = NativeStreams()
+        try:
+            with streams:
+                self._runner = TextLLMRunner(str(pte), str(tokenizer))
+        except RuntimeError as error:
+            raise RuntimeError(f"TextLLMRunner cannot load {self.pte.name}: {error}\n{streams.tail()}") from error
+
+    def generate(
+        self,
+        prompt: str,
+        *,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        on_text: Callable[[str], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> Generation:
+        """Generate from ``prompt``.
+
+        ``on_text`` receives the text as it is generated, whole characters only;
+        the result holds all of it and the runner's counts.  ``max_new_tokens``
+        is the number of tokens generated (the runner's own count leaves out the
+        first, which the prompt's call yields).  The runner's log lines go to
+        ``log`` if given, and are part of the error if generation fails.
+        """
+        text: list[str] = []
+
+        def emit(chunk: str) -> None:
+            text.append(chunk)
+            if on_text is not None:
+                on_text(chunk)
+
+        output = _Output(TextPieces(emit))
+        stats = []
+        config = self._config(max_new_tokens=max_new_tokens, temperature=temperature, echo=False)
+        streams = NativeStreams(on_stdout=output.feed)
+        try:
+            with streams:
+                self._runner.reset()
+                self._runner.generate(prompt, config, stats_callback=stats.append)
+        except RuntimeError as error:
+            raise RuntimeError(f"TextLLMRunner failed on {self.pte.name}: {error}\n{streams.tail()}") from error
+        output.close()
+        if log is not None:
+            for line in streams.lines:
+                log(line)
+        s = stats[-1]
+        return Generation(
+            text="".join(text),
+            prompt_tokens=s.num_prompt_tokens,
+            generated_tokens=s.num_generated_tokens + 1,
+            prompt_seconds=(s.prompt_eval_end_ms - s.inference_start_ms) / 1000,
+            decode_seconds=(s.inference_end_ms - s.prompt_eval_end_ms) / 1000,
+        )
+
+
 def generate(
     pte: str | os.PathLike,
     tokenizer: str | os.PathLike,
@@ -63,46 +131,7 @@ def generate(
     on_text: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Generation:
-    """Generate from ``prompt`` with ExecuTorch's ``TextLLMRunner`` (Core AI delegates on the host backend).
-
-    ``on_text`` receives the text as it is generated, whole characters only;
-    the result holds all of it and the runner's counts.  ``max_new_tokens``
-    is the number of tokens generated (the runner's own count leaves out the
-    first, which the prompt's call yields).  The runner's log lines go to
-    ``log`` if given, and are part of the error if generation fails.
-    """
-    from coreai_partitioner import load_runtime_backend
-
-    with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads
-        from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
-
-    load_runtime_backend()
-    text: list[str] = []
-
-    def emit(chunk: str) -> None:
-        text.append(chunk)
-        if on_text is not None:
-            on_text(chunk)
-
-    output = _Output(TextPieces(emit))
-    stats = []
-    config = GenerationConfig(max_new_tokens=max_new_tokens, temperature=temperature, echo=False)
-    streams = NativeStreams(on_stdout=output.feed)
-    try:
-        with streams:
-            runner = TextLLMRunner(str(pte), str(tokenizer))
-            runner.generate(prompt, config, stats_callback=stats.append)
-    except RuntimeError as error:
-        raise RuntimeError(f"TextLLMRunner failed on {Path(pte).name}: {error}\n{streams.tail()}") from error
-    output.close()
-    if log is not None:
-        for line in streams.lines:
-            log(line)
-    s = stats[-1]
-    return Generation(
-        text="".join(text),
-        prompt_tokens=s.num_prompt_tokens,
-        generated_tokens=s.num_generated_tokens + 1,
-        prompt_seconds=(s.prompt_eval_end_ms - s.inference_start_ms) / 1000,
-        decode_seconds=(s.inference_end_ms - s.prompt_eval_end_ms) / 1000,
+    """Generate from ``prompt`` with ExecuTorch's ``TextLLMRunner`` (:class:`Runner`, loaded for this one prompt)."""
+    return Runner(pte, tokenizer).generate(
+        prompt, max_new_tokens=max_new_tokens, temperature=temperature, on_text=on_text, log=log
     )

@@ -127,11 +127,14 @@ def replace_weights(program: ExportedProgram, compressed: Mapping[str, Compresse
             operand.meta["val"] = fake.from_tensor(tensor, static_shapes=True)
             specs.append(InputSpec(InputKind.BUFFER, TensorArgument(operand.name), f"{name}_{buffer}", persistent=True))
             operands.append(operand)
-        op, args = compressed[name].call(tuple(operands))
-        with graph.inserting_before(first_op):
-            expanded[name] = graph.call_function(op, args)
-        with fake:
-            expanded[name].meta["val"] = op(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+        def call(op, args):
+            with graph.inserting_before(first_op):
+                made = graph.call_function(op, args)
+            with fake:
+                made.meta["val"] = op(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+            return made
+
+        expanded[name] = compressed[name].build(call, tuple(operands))
         aliases.append((node, name))
     for node, name in aliases:
         node.replace_all_uses_with(expanded[name])

@@ -10,9 +10,9 @@ scheme                    Linear weights, experts               embeddings, a ti
 ``int8``                  int8 per output channel               int8 per output channel
 ``int4``                  int4 in blocks of 32 input channels   int8 per output channel
 ``int4-channel``          int4 per output channel               int8 per output channel
-``palettize4``            4-bit tables per 32 output channels   4-bit tables per 32 rows
-``palettize8``            8-bit tables per 32 output channels   8-bit tables per 32 rows
-``palettize4-mixed``      ``palettize4``; the weights 4 bits    8-bit tables per 32 rows
+``palettize4``            4-bit tables per 32 output channels   int8 per output channel
+``palettize8``            8-bit tables per 32 output channels   int8 per output channel
+``palettize4-mixed``      ``palettize4``; the weights 4 bits    int8 per output channel
                           fit worst, up to 1/8 of them, at 8
 ========================  ====================================  ==================================
 
@@ -21,7 +21,15 @@ The ``int`` schemes run through coreai-opt's quantizer
 look-up table is ``size`` consecutive output channels (rows of a Linear's
 ``[out, in]`` weight, of an embedding's ``[vocab, width]``) sharing one
 table of ``2 ** bits`` values, 32 by default as Apple's coreai-models preset
-``4bit_weight_palettized_group32``; each weight stores only its index.
+``4bit_weight_palettized_group32``; each weight stores only its index.  The
+table is found over the rows each divided by its largest magnitude, and each
+output channel stores that scale (coreai-opt's and coremltools'
+per-channel scale): one table then serves rows of different scales.
+Embeddings stay 8-bit per channel under every scheme, as Apple's iOS presets
+leave embeddings out of palettization and ExecuTorch's Core ML LLM export
+quantizes them to 8 bits (``-E 8,0``): a tied embedding is the lm_head,
+and on SmolLM2-135M a table-stored one alone costs more perplexity than every
+Linear weight's table (``benchmarks/results/quality.txt``).
 """
 
 from __future__ import annotations
@@ -86,9 +94,12 @@ SCHEMES = {
         Scheme("int8", Form("int", 8), _CHANNEL8),
         Scheme("int4", Form("int", 4, 32), _CHANNEL8),
         Scheme("int4-channel", Form("int", 4), _CHANNEL8),
-        Scheme("palettize4", Form("lut", 4, 32), Form("lut", 4, 32)),
-        Scheme("palettize8", Form("lut", 8, 32), Form("lut", 8, 32)),
-        Scheme("palettize4-mixed", Form("lut", 4, 32), Form("lut", 8, 32), promoted=Form("lut", 8, 32), promoted_share=1 / 8),
+        Scheme("palettize4", Form("lut", 4, 32, scaled=True), _CHANNEL8),
+        Scheme("palettize8", Form("lut", 8, 32, scaled=True), _CHANNEL8),
+        Scheme(
+            "palettize4-mixed", Form("lut", 4, 32, scaled=True), _CHANNEL8, promoted=Form("lut", 8, 32, scaled=True),
+            promoted_share=1 / 8,
+        ),
     )
 }
 

@@ -6,7 +6,10 @@ A :class:`Form` is one way to store a weight, weight-only:
   of ``size`` input channels; expanded by ``coreai::constexpr_blockwise_shift_scale``;
 - ``lut`` (palettization): a look-up table of ``2 ** bits`` values per group of
   ``size`` output channels and an index per weight (:mod:`.kmeans`);
-  expanded by ``coreai::lut_to_dense``.
+  expanded by ``coreai::lut_to_dense``.  With ``scaled`` each output channel
+  is first divided by its largest magnitude (coremltools' and coreai-opt's
+  per-channel scale), so one table serves rows of different scales, and
+  ``coreai::constexpr_blockwise_shift_scale`` multiplies the scale back.
 
 coreai-torch converts both ops to Core AI's constexpr ops, so the asset keeps
 the compressed bytes (``si8``/``si4`` data, ``ui4``/``ui8`` indices) and the
@@ -23,6 +26,7 @@ have ``axis`` 0 (an embedding's rows are the tied lm_head's output channels).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,21 +49,33 @@ BITS = {"int": (4, 8), "lut": (4, 8)}
 @dataclass(frozen=True)
 class Form:
     """``kind`` ``"int"`` or ``"lut"``, ``bits``, and ``size``: input channels per scale (``int``; ``None`` is one
-    scale per output channel) or output channels per look-up table (``lut``)."""
+    scale per output channel) or output channels per look-up table (``lut``); ``scaled``: a ``lut`` over rows
+    normalized by a scale per output channel."""
 
     kind: str
     bits: int
     size: int | None = None
+    scaled: bool = False
 
     def __post_init__(self) -> None:
         if self.bits not in BITS.get(self.kind, ()):
             raise ValueError(f"no {self.bits}-bit {self.kind!r} form; forms: " + ", ".join(f"{k} {b}" for k, b in BITS.items()))
         if self.kind == "lut" and not self.size or self.size is not None and self.size < 1:
             raise ValueError(f"a {self.kind} form needs a positive size (got {self.size})")
+        if self.scaled and self.kind != "lut":
+            raise ValueError("only a look-up table form is scaled per output channel")
+
+    @property
+    def buffers(self) -> tuple[str, ...]:
+        """The names of what the form stores, in the expanding ops' operand order."""
+        if self.kind == "lut":
+            return ("indices", "lut", "scale") if self.scaled else ("indices", "lut")
+        return ("quantized", "scale")
 
     def __str__(self) -> str:
         if self.kind == "lut":
-            return f"{self.bits}-bit look-up tables, one per {self.size} output channels"
+            scaled = ", over rows scaled per output channel" if self.scaled else ""
+            return f"{self.bits}-bit look-up tables, one per {self.size} output channels{scaled}"
         return f"int{self.bits} per output channel" if self.size is None else f"int{self.bits} in blocks of {self.size} input channels"
 
     def misfit(self, shape: tuple[int, ...] | torch.Size, axis: int = 0) -> str | None:
@@ -76,8 +92,8 @@ class Form:
         """Bits the asset stores for a weight of ``shape``: data or indices, and scales or tables in ``float_bits``."""
         numel = math.prod(shape)
         if self.kind == "lut":
-            tables = math.prod(shape[: axis + 1]) // self.size
-            return numel * self.bits + tables * (1 << self.bits) * float_bits
+            rows = math.prod(shape[: axis + 1])
+            return numel * self.bits + rows // self.size * (1 << self.bits) * float_bits + self.scaled * rows * float_bits
         scales = numel // shape[-1] * (1 if self.size is None else shape[-1] // self.size)
         return numel * self.bits + scales * float_bits
 
@@ -91,19 +107,22 @@ class Compressed:
     buffers: dict[str, torch.Tensor]
     error: float | None = None
 
-    def call(self, operands: tuple[Any, ...] | None = None) -> tuple[Any, tuple[Any, ...]]:
-        """``(op, args)`` that expand the weight from ``operands`` (the buffers, or what stands for them in a graph)."""
+    def build(self, call: Callable[[Any, tuple[Any, ...]], Any], operands: tuple[Any, ...] | None = None) -> Any:
+        """The weight expanded from ``operands`` (the buffers, or what stands for them in a graph) by the
+        form's ops, each made by ``call(op, args)``: ``op(*args)`` computes it, a graph inserts a node."""
         ops = _compat.compression_ops()
-        first, second = operands if operands is not None else tuple(self.buffers.values())
-        if self.form.kind == "lut":
-            return ops.lut_to_dense.default, (first, second, 0)
-        bits = torch.int4 if self.form.bits == 4 else torch.int8
-        return ops.constexpr_blockwise_shift_scale.default, (first, second, None, None, bits)
+        operands = operands if operands is not None else tuple(self.buffers[name] for name in self.form.buffers)
+        if self.form.kind == "int":
+            bits = torch.int4 if self.form.bits == 4 else torch.int8
+            return call(ops.constexpr_blockwise_shift_scale.default, (*operands, None, None, bits))
+        dense = call(ops.lut_to_dense.default, (operands[0], operands[1], 0))
+        if self.form.scaled:  # the table's values, times each output channel's scale
+            dense = call(ops.constexpr_blockwise_shift_scale.default, (dense, operands[2]))
+        return dense
 
     def expand(self) -> torch.Tensor:
         """The weight as the device sees it."""
-        op, args = self.call()
-        return op(*args)
+        return self.build(lambda op, args: op(*args))
 
     def transpose(self, a: int, b: int) -> Compressed:
         """The same weight with dims ``a`` and ``b`` swapped (a table's leading dims follow the weight's)."""
@@ -128,9 +147,31 @@ def compress(weight: torch.Tensor, form: Form, *, axis: int = 0) -> Compressed:
         return Compressed(form, {"quantized": data, "scale": scale.to(weight.dtype)})
     shape = weight.shape
     rows = weight.reshape(math.prod(shape[: axis + 1]), -1)
+    scale = None
+    if form.scaled:
+        scale = rows.float().abs().amax(1, keepdim=True).clamp(min=torch.finfo(torch.float16).tiny)
+        scale = scale.to(weight.dtype).float()  # as stored, so the table fits the rows the device rebuilds
+        rows = rows.float() / scale
     indices, centroids, error = cluster_rows(rows, form.bits, form.size)
     tables = [*shape[:axis], shape[axis] // form.size, *[1] * (len(shape) - axis - 1), 1 << form.bits, 1]
-    return Compressed(form, {"indices": indices.view(shape), "lut": centroids.to(weight.dtype).view(tables)}, error)
+    buffers = {"indices": indices.view(shape), "lut": centroids.to(weight.dtype).view(tables)}
+    if scale is not None:
+        buffers["scale"] = scale.to(weight.dtype).view(*shape[: axis + 1], *[1] * (len(shape) - axis - 1))
+        error = _scaled_error(rows, scale, indices, centroids, form.size)
+    return Compressed(form, buffers, error)
+
+
+def _scaled_error(rows: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor, centroids: torch.Tensor, group: int) -> float:
+    """``|W - W'|^2 / |W|^2`` of normalized ``rows`` [R, C] clustered as ``indices`` into ``centroids`` [R / group, k],
+    each row times its ``scale`` [R, 1]; a group of rows at a time."""
+    squared_error = squared = 0.0
+    for start in range(0, rows.shape[0], group * 64):
+        part = slice(start, start + group * 64)
+        table = centroids[start // group : (start + rows[part].shape[0]) // group].repeat_interleave(group, 0)
+        rebuilt = table.gather(1, indices[part].long()).float()
+        squared_error += float(((rebuilt - rows[part]) * scale[part]).square().sum())
+        squared += float((rows[part] * scale[part]).square().sum())
+    return squared_error / max(squared, 1e-30)
 
 
 def _integers(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor, torch.Tensor]:

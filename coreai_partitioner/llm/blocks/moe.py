@@ -103,10 +103,8 @@ class MoE(nn.Module):
             return getattr(self, name)
         from coreai_partitioner.quantize.weight_forms import Compressed
 
-        keys = ("indices", "lut") if self.forms[name].kind == "lut" else ("quantized", "scale")
-        buffers = {key: getattr(self, f"{name}_{key}") for key in keys}
-        op, args = Compressed(self.forms[name], buffers).call()
-        return op(*args)
+        buffers = {key: getattr(self, f"{name}_{key}") for key in self.forms[name].buffers}
+        return Compressed(self.forms[name], buffers).expand()
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` [N, H] -> the weights [N, k] and int32 indices [N, k] of each token's experts."""

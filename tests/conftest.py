@@ -1,13 +1,20 @@
-"""Every test starts from the same random state; upstream's Core AI suite runs beside ours.
+"""Every test starts from the same random state; upstream's Core AI suite runs beside ours; the heaviest files start first.
 
 ExecuTorch's own Core AI tests (``tests/upstream/shim.py``) take minutes in a
-process of their own, mostly on one core; when the session includes
-``test_upstream_conformance.py`` they start as soon as collection ends, on
-the second core, and that test collects their result.
+process of their own, mostly on one core.  In one process (``-n 0``), when
+the session includes ``test_upstream_conformance.py``, they start as soon as
+collection ends, on the second core, and that test collects their result.
+Under pytest-xdist (``-n 2``, pytest.ini) the test starts them itself and
+waits, so its worker's core runs them; it is first in ``HEAVIEST_FIRST``.
+
+xdist's ``loadfile`` hands whole files to the workers in collection order
+(``--no-loadscope-reorder``), so the files that take longest go first and
+the small ones fill in at the end.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -51,9 +58,34 @@ class UpstreamRun:
 
 _upstream: list[UpstreamRun] = []
 
+#: Test files by wall time in one run of the suite under ``-n 2``, longest first (``pytest --durations=0``);
+#: files not named follow in their own order.
+HEAVIEST_FIRST = (
+    "test_upstream_conformance.py",  # 320 s, its worker waiting on upstream's process
+    "test_real_model.py",  # 450 s, with three exports in processes beside it
+    "test_llm_device.py",  # 430 s
+    "test_real_quantized.py",  # 370 s
+    "test_llm_families.py",  # 260 s
+    "test_transformers_rc1.py",
+    "test_quantized_schemes.py",
+    "test_quantize.py",
+    "test_export_llm.py",
+    "test_llm.py",
+    "test_fidelity.py",
+    "test_reproducible.py",
+    "test_backend.py",
+    "test_verify.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.path.name == "test_upstream_conformance.py" for item in session.items):
+    in_one_process = "PYTEST_XDIST_WORKER" not in os.environ
+    if in_one_process and any(item.path.name == "test_upstream_conformance.py" for item in session.items):
         _upstream.append(UpstreamRun.start())
 
 

@@ -83,6 +83,16 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     assert cli.build_parser().get_default("quantize") is None and set(cli.LOWERING_OPTIONS["--quantize"]["choices"]) == set(SCHEMES)
 
 
+@pytest.mark.parametrize("command", [["export-llm"], ["verify"], ["inspect"], ["export-optimum"], []])
+def test_every_commands_help_prints_and_exits_0(command, capsys):
+    from coreai_partitioner.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--help"])
+    assert exited.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
 def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():
     from coreai_partitioner.cli.export_llm import answer
 

@@ -49,7 +49,9 @@ LOWERING_OPTIONS: dict[str, dict[str, Any]] = {
     "--full-logits": dict(action="store_true", help="forward returns every position's logits"),
     "--quantize": dict(
         choices=tuple(SCHEMES),
-        help="weight-only, with coreai-opt: " + "; ".join(f"{name}: {what}" for name, what in SCHEMES.items()) + "; composites stay float",
+        help=(  # argparse formats help with %: a scheme's "12%" is written %%
+            "weight-only, with coreai-opt: " + "; ".join(SCHEMES.values()) + "; composites stay float"
+        ).replace("%", "%%"),
     ),
     "--graph-breaks": dict(
         type=int, metavar="N", help="device form: a Core AI delegate per N layers, each a function of the one asset"

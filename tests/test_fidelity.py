@@ -92,7 +92,7 @@ def test_report_names_what_fell_short():
     expected = torch.randn(2, 100, generator=torch.Generator().manual_seed(4))
     report = fidelity.compare([expected + 0.5], [expected], fidelity.threshold_for("fp16"), precision="fp16")
     text = str(report)
-    assert not report.ok and "SNR" in text and "< 25 dB" in text and "NOT OK" in text and "thresholds of fp16" in text
+    assert not report.ok and "SNR" in text and "< 25.0 dB" in text and "NOT OK" in text and "thresholds of fp16" in text
     with pytest.raises(AssertionError, match="not close enough to its fp32 reference"):
         report.raise_for_mismatch()
 

@@ -298,15 +298,13 @@ def plot(data: dict, path: Path) -> None:
             return text["perplexity"] if key == "perplexity" else 100 * text["top1_same"] / text["positions"]
 
         values = [value(results[r]["run"]["text"]) for r in rows]
-        axis.scatter(bits, values)
-        for x, y, name in zip(bits, values, rows):
-            axis.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        for i, (x, y, name) in enumerate(zip(bits, values, rows)):  # a marker and colour each: the legend names them
+            axis.scatter([x], [y], marker="osD^vP*X"[i % 8], color=f"C{i % 10}", label=name, zorder=3)
         if reference:
-            axis.axhline(value(reference), color="grey", linestyle="--", linewidth=1, label="fp32")
-            axis.legend(fontsize=8)
+            axis.axhline(value(reference), color="grey", linestyle="--", linewidth=1, label="fp32 (HF eager)")
+        axis.legend(fontsize=7, loc="upper right" if key == "perplexity" else "lower right")
         axis.set_xlabel("bits per weight (whole .pte, fp16 form)")
         axis.set_ylabel(label)
-    left.set_yscale("log")
     left.set_title(f"SmolLM2-135M-Instruct, {data['meta']['tokens']} tokens, fp32 activations", fontsize=10)
     right.set_title("teacher-forced top-1 agreement with fp32", fontsize=10)
     figure.tight_layout()

@@ -77,6 +77,31 @@ def test_a_stage_imports_only_itself_and_the_stages_before_it(stage):
     assert not later, "\n".join(later)
 
 
+def test_no_modules_import_each_other_even_through_others():
+    """The package's import graph between its modules (a package's ``__init__`` left out) has no circle."""
+    found = modules()
+    leaves = {name for name, path in found.items() if path.name != "__init__.py"}
+    graph = {}
+    for module in leaves:
+        names = imported(module, found[module])  # "a.b.name" counts as module a.b
+        graph[module] = {n if n in leaves else n.rpartition(".")[0] for n in names} & leaves - {module}
+    circles, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circles.append(" -> ".join(path[path.index(module) :] + [module]))
+            return
+        if module in done:
+            return
+        for name in sorted(graph[module]):
+            visit(name, path + [module])
+        done.add(module)
+
+    for module in sorted(leaves):
+        visit(module, [])
+    assert not circles, "\n".join(circles)
+
+
 def readme_tree() -> list[str]:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Layout", 1)[1]

@@ -11,6 +11,7 @@
 - :mod:`.quantized`: a quantized program against its quantized eager model, the float error reported.
 - :mod:`.describe`: what a ``.pte`` ships (``python -m coreai_partitioner inspect``).
 - :mod:`.testing`: one-call checks for CI jobs.
+- :mod:`.table`: the project's plain-text table, and the reports' common base.
 """
 
 from coreai_partitioner.verify.report import OutputComparison, Report, check, compare, default_tolerances

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.verify.report import OutputsReport
+from coreai_partitioner.verify.table import OutputsReport
 
 __all__ = [
     "DTYPE_THRESHOLDS",

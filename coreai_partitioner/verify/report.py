@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
+from coreai_partitioner.verify import fidelity
 from coreai_partitioner.verify.execution import as_tuple, run
-from coreai_partitioner.verify.table import table
+from coreai_partitioner.verify.table import OutputsReport
 
 
 def default_tolerances(dtype: torch.dtype) -> tuple[float, float]:
@@ -44,42 +45,6 @@ class OutputComparison:
     @property
     def ok(self) -> bool:
         return not self.note and self.mismatched == 0
-
-
-@dataclass(frozen=True)
-class OutputsReport:
-    """A program's outputs against a reference, one table row each, and a verdict.
-
-    A subclass says what an output's row holds (:attr:`headers`, :meth:`row`)
-    and what :meth:`raise_for_mismatch` says when the program falls short.
-    """
-
-    outputs: tuple
-    note: str = ""
-
-    headers: ClassVar[tuple[str, ...]] = ()
-    falls_short: ClassVar[str] = "lowered program does not match its reference"
-
-    @property
-    def ok(self) -> bool:
-        return not self.note and all(o.ok for o in self.outputs)
-
-    def row(self, output: Any) -> list[Any]:
-        raise NotImplementedError
-
-    def notes(self) -> list[str]:
-        """Lines printed under the table, before the verdict."""
-        return [self.note] if self.note else []
-
-    def __str__(self) -> str:
-        lines = [table([self.row(o) for o in self.outputs], list(self.headers)), *self.notes()]
-        lines.append("ok" if self.ok else "NOT OK")
-        return "\n".join(lines)
-
-    def raise_for_mismatch(self) -> None:
-        """Raise ``AssertionError`` with the table when an output falls short."""
-        if not self.ok:
-            raise AssertionError(f"{self.falls_short}:\n{self}")
 
 
 @dataclass(frozen=True)
@@ -161,8 +126,6 @@ def check(
     reference has a near-tie there).  A dtype or scheme without a threshold is
     refused before the program runs.
     """
-    from coreai_partitioner.verify import fidelity
-
     judged = dtype is not None or quantize is not None or threshold is not None
     if logits and not judged:
         raise ValueError("logits=True judges by SNR: also pass dtype= (and quantize=) the program was lowered with, or threshold=")

@@ -16,6 +16,7 @@ import copy
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
@@ -108,6 +109,14 @@ def replace_weights(program: ExportedProgram, compressed: Mapping[str, Compresse
     fake = _compat.detect_fake_mode([node.meta.get("val") for node in placeholders.values()])
     first_op = next(node for node in graph.nodes if node.op != "placeholder")
     state_dict = dict(program.state_dict)
+
+    def call(op: Any, args: tuple[Any, ...]) -> torch.fx.Node:  # an expanding op, as a node before the program's ops
+        with graph.inserting_before(first_op):
+            made = graph.call_function(op, args)
+        with fake:
+            made.meta["val"] = op(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
+        return made
+
     owner = {id(state_dict[name]): name for name in compressed}  # tensor -> the name it is compressed under
     expanded: dict[str, torch.fx.Node] = {}
     specs, aliases = [], []
@@ -120,21 +129,14 @@ def replace_weights(program: ExportedProgram, compressed: Mapping[str, Compresse
         if spec.target != name:
             aliases.append((node, name))
             continue
-        operands = []
+        operands = {}
         for (buffer, tensor), placeholder_name in zip(compressed[name].buffers.items(), _placeholder_names(name, compressed[name])):
             with graph.inserting_before(node):
                 operand = graph.placeholder(placeholder_name)
             operand.meta["val"] = fake.from_tensor(tensor, static_shapes=True)
             specs.append(InputSpec(InputKind.BUFFER, TensorArgument(operand.name), f"{name}_{buffer}", persistent=True))
-            operands.append(operand)
-        def call(op, args):
-            with graph.inserting_before(first_op):
-                made = graph.call_function(op, args)
-            with fake:
-                made.meta["val"] = op(*[a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in args])
-            return made
-
-        expanded[name] = compressed[name].build(call, tuple(operands))
+            operands[buffer] = operand
+        expanded[name] = compressed[name].build(call, operands)
         aliases.append((node, name))
     for node, name in aliases:
         node.replace_all_uses_with(expanded[name])

@@ -26,7 +26,7 @@ have ``axis`` 0 (an embedding's rows are the tied lm_head's output channels).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,11 +107,12 @@ class Compressed:
     buffers: dict[str, torch.Tensor]
     error: float | None = None
 
-    def build(self, call: Callable[[Any, tuple[Any, ...]], Any], operands: tuple[Any, ...] | None = None) -> Any:
-        """The weight expanded from ``operands`` (the buffers, or what stands for them in a graph) by the
-        form's ops, each made by ``call(op, args)``: ``op(*args)`` computes it, a graph inserts a node."""
+    def build(self, call: Callable[[Any, tuple[Any, ...]], Any], operands: Mapping[str, Any] | None = None) -> Any:
+        """The weight expanded from ``operands`` by buffer name (the buffers, or what stands for them in a graph)
+        by the form's ops, each made by ``call(op, args)``: ``op(*args)`` computes it, a graph inserts a node."""
         ops = _compat.compression_ops()
-        operands = operands if operands is not None else tuple(self.buffers[name] for name in self.form.buffers)
+        given = self.buffers if operands is None else operands
+        operands = tuple(given[name] for name in self.form.buffers)  # the ops' operand order
         if self.form.kind == "int":
             bits = torch.int4 if self.form.bits == 4 else torch.int8
             return call(ops.constexpr_blockwise_shift_scale.default, (*operands, None, None, bits))

@@ -64,6 +64,13 @@ LOWERING_OPTIONS: dict[str, dict[str, Any]] = {
 }
 
 
+def tiny_configs() -> list[str]:
+    """The ``--config`` names: a tiny random model of each family (``python -m coreai_partitioner export`` asks)."""
+    from coreai_partitioner.llm import supported
+
+    return list(supported())
+
+
 class CommandError(Exception):
     """Bad input or a failed check: one line for the user, no traceback."""
 

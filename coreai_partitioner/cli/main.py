@@ -1,5 +1,5 @@
-"""``python -m coreai_partitioner verify|inspect MODEL.pte``, ``export-llm`` (:mod:`coreai_partitioner.cli.export_llm`) and
-``export-optimum`` (optimum-executorch with the coreai recipes)."""
+"""``python -m coreai_partitioner verify|inspect MODEL.pte``, ``export`` (any task, :mod:`coreai_partitioner.cli.export`),
+``export-llm`` (:mod:`coreai_partitioner.cli.export_llm`) and ``export-optimum`` (optimum-executorch with the coreai recipes)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,15 @@ def main(argv: list[str] | None = None) -> int:
         from coreai_partitioner.cli.export_llm import main as export_llm
 
         return export_llm(argv[1:], prog=f"{PROG} export-llm")
+    if argv[:1] == ["export"]:  # the task's own parser, picked from the checkpoint (cli/export.py)
+        from coreai_partitioner.cli.export import main as export
+
+        return export(argv[1:], prog=f"{PROG} export")
     parser = argparse.ArgumentParser(prog=PROG)
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser(
+        "export", add_help=False, help="export any checkpoint, its task read off its config (its --help says how)"
+    )
     commands.add_parser(
         "export-llm", add_help=False, help="export a Hugging Face LLM to a .pte for ExecuTorch's LLM runner (its --help says how)"
     )

@@ -12,7 +12,9 @@ composites where the math is the composite's:
 - :mod:`.mlp`: :class:`GatedMLP` and the activations;
 - :mod:`.moe`: :class:`MoE` (``gather_mm``);
 - :mod:`.recurrent`: :class:`GatedDeltaNet` (``gated_delta_update``) and the causal convolution;
-- :mod:`.block`: :class:`Block`, one layer.
+- :mod:`.block`: :class:`Block`, one layer;
+- :mod:`.encoder`: :class:`EncoderLayer`, an encoder's layer (vision towers, speech encoders): bidirectional
+  :class:`EncoderAttention` without a cache (SDPA, not causal), HF's LayerNorms (``layer_norm``), an :class:`MLP`.
 
 Each holds the general math.  A family whose math differs (an output gate,
 soft-capped logits, interleaved experts) subclasses or composes one of these
@@ -22,6 +24,7 @@ grows no option for one family.
 
 from coreai_partitioner.llm.blocks.attention import Attention, AttentionShape
 from coreai_partitioner.llm.blocks.block import Block
+from coreai_partitioner.llm.blocks.encoder import MLP, EncoderAttention, EncoderLayer
 from coreai_partitioner.llm.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan
 from coreai_partitioner.llm.blocks.mlp import ACTIVATIONS, GatedMLP, activation
 from coreai_partitioner.llm.blocks.moe import MoE
@@ -35,6 +38,9 @@ __all__ = [
     "Attention",
     "AttentionShape",
     "Block",
+    "EncoderAttention",
+    "EncoderLayer",
+    "MLP",
     "GatedDeltaNet",
     "GatedMLP",
     "MoE",

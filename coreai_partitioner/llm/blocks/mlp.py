@@ -17,6 +17,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu_pytorch_tanh": lambda x: nn.functional.gelu(x, approximate="tanh"),
     "gelu_new": lambda x: nn.functional.gelu(x, approximate="tanh"),
     "relu": nn.functional.relu,
+    "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x),
 }
 
 

@@ -87,9 +87,18 @@ class Decoder(nn.Module):
 
     def run(self, tokens: torch.Tensor, step: Step) -> torch.Tensor:
         """The logits of ``tokens`` [1, T] at ``step``'s positions, its caches read and written the step's way."""
+        return self.run_embedded(self.embedding(tokens), step, tokens)
+
+    def embedding(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The first layer's input for ``tokens`` [1, T]: the embedding, scaled where the family scales it."""
         hidden = self.embed(tokens)
         if self.embed_scale is not None:
             hidden = hidden * torch.tensor(self.embed_scale, dtype=hidden.dtype)
+        return hidden
+
+    def run_embedded(self, hidden: torch.Tensor, step: Step, tokens: torch.Tensor | None = None) -> torch.Tensor:
+        """The logits of the embeddings ``hidden`` [1, T, D] (a vision-language model's text and image
+        features); ``tokens`` are what ``prepare`` reads, where the family has one."""
         step.dtype = hidden.dtype
         if self.prepare is not None:
             self.prepare(tokens, hidden, step)

@@ -25,7 +25,7 @@ grows no option for one family.
 from coreai_partitioner.llm.blocks.attention import Attention, AttentionShape
 from coreai_partitioner.llm.blocks.block import Block
 from coreai_partitioner.llm.blocks.encoder import MLP, EncoderAttention, EncoderLayer
-from coreai_partitioner.llm.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan
+from coreai_partitioner.llm.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan, written_only
 from coreai_partitioner.llm.blocks.mlp import ACTIVATIONS, GatedMLP, activation
 from coreai_partitioner.llm.blocks.moe import MoE
 from coreai_partitioner.llm.blocks.norm import Norm, norm, norm_eps
@@ -57,4 +57,5 @@ __all__ = [
     "window_plan",
     "write_at",
     "write_plan",
+    "written_only",
 ]

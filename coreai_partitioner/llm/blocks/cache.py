@@ -25,6 +25,17 @@ class WindowPlan:
     positions: torch.Tensor  # [window]: the ring's slot positions (plus one) after the call
 
 
+def written_only(cache: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
+    """``cache`` [B, H, L, D] with every slot ``held`` [L] (bool) does not mark as written replaced by zeros.
+
+    A slot no call has written holds whatever the memory held, NaN or Inf
+    included: the SDPA composite masks a slot by adding a large negative
+    number to its score and then weights its value, and ``0 * NaN`` is NaN.
+    A selection, not a product, keeps such a slot out of the result.
+    """
+    return torch.where(held.view(1, 1, -1, 1), cache, torch.zeros((), dtype=cache.dtype, device=cache.device))
+
+
 def write_plan(position: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """For a cache of ``shape`` [B, H, L, D]: the one-hot of ``position`` [T] as ``[B * H, L, T]``, and
     ``[L, 1]``, 0 where written and 1 elsewhere.

@@ -23,6 +23,7 @@ from typing import Any
 #: ``tiny_configs()``, the ``--config`` names it builds.
 TASKS: dict[str, str] = {
     "text-generation": "coreai_partitioner.cli.export_llm",
+    "automatic-speech-recognition": "coreai_partitioner.cli.export_asr",
 }
 
 #: ``architectures`` suffixes of Hugging Face heads, by the task they are for.

@@ -26,7 +26,12 @@ The runner holds the encoder's one output and passes it to every
 ``text_decoder`` call (ExecuTorch's ASR runner does exactly that), so the
 decoder needs no branch (``torch.cond`` on the first position) and no cross
 cache of its own: nothing of the cross attention is state, nothing depends on
-a buffer's initial value, and a new utterance needs no reset.
+a buffer's initial value, and a new utterance needs no reset; the host and
+device forms differ only in the self-attention caches.  The price: the
+encoder's output is ``2 * layers`` times the size of its hidden states (37 MB
+for Whisper base in fp32), which every ``text_decoder`` call takes as an
+input (both runtimes pass it without a copy; Core AI on Linux copies each
+layer's slice, about 14 ms a layer for base on this machine).
 """
 
 from __future__ import annotations
@@ -48,21 +53,40 @@ class UnsupportedSpeechModel(ValueError):
     """A model this room does not export; names what it is and what it takes."""
 
 
-class CrossAttention(EncoderAttention):
-    """Attention of the decoder's tokens to the utterance (Whisper's ``encoder_attn``), through the SDPA composite.
+def heads_of(t: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """``[B, T, heads * head_dim]`` as ``[B, heads, T, head_dim]``."""
+    return t.view(t.shape[0], t.shape[1], heads, head_dim).transpose(1, 2)
 
-    Its key and value projections run in ``encoder`` (:meth:`keys_values`), once
-    per utterance; its query and output projections in ``text_decoder``, over
-    the keys and values the runner passes back.  Not causal, no mask: every
-    token attends every frame.
-    """
 
-    def keys_values(self, states: torch.Tensor) -> torch.Tensor:
+class CrossKeysValues(nn.Module):
+    """A decoder layer's cross-attention key and value projections (Whisper's ``encoder_attn.k_proj``, ``v_proj``),
+    which run in ``encoder``, once per utterance."""
+
+    def __init__(self, heads: int, head_dim: int, *, k: nn.Module, v: nn.Module) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+        self.k, self.v = k, v
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
         """The keys then the values of ``states`` [1, frames, d] as heads: ``[1, 2 * heads, frames, head_dim]``."""
-        return torch.cat([self.split(self.k(states)), self.split(self.v(states))], dim=1)
+        keys, values = heads_of(self.k(states), self.heads, self.head_dim), heads_of(self.v(states), self.heads, self.head_dim)
+        return torch.cat([keys, values], dim=1)
+
+
+class CrossAttention(nn.Module):
+    """Attention of the decoder's tokens to the utterance (the rest of Whisper's ``encoder_attn``): the query
+    projection, the SDPA composite over the keys and values ``encoder`` gave (not causal, no mask: every token
+    attends every frame), the output projection."""
+
+    def __init__(self, path: str, heads: int, head_dim: int, *, q: nn.Module, o: nn.Module, scale: float) -> None:
+        super().__init__()
+        self.path = path
+        self.heads, self.head_dim = heads, head_dim
+        self.q, self.o = q, o
+        self.sdpa = SDPA(scale=float(scale), is_causal=False)
 
     def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        q = self.split(self.q(x))
+        q = heads_of(self.q(x), self.heads, self.head_dim)
         out = self.sdpa(q, keys.to(q.dtype), values.to(q.dtype))
         return self.o(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
 
@@ -94,7 +118,7 @@ class SpeechEncoder(nn.Module):
         positions: nn.Parameter,
         layers: list[EncoderLayer],
         norm: nn.Module,
-        cross: list[CrossAttention],
+        cross: list[CrossKeysValues],
     ) -> None:
         super().__init__()
         self.conv1, self.conv2 = conv1, conv2
@@ -115,7 +139,7 @@ class SpeechEncoder(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         states = self.hidden(features)
-        return torch.cat([cross.keys_values(states) for cross in self.cross], dim=1)
+        return torch.cat([cross(states) for cross in self.cross], dim=1)
 
 
 class TextDecoder(nn.Module):
@@ -227,21 +251,15 @@ def adapt(model: nn.Module, max_decode_len: int | None = None) -> Speech:
         return EncoderLayer(attention, MLP(config.activation_function, fc1=hf.fc1, fc2=hf.fc2),
                             norm1=hf.self_attn_layer_norm, norm2=hf.final_layer_norm)
 
-    def cross_attention(i: int, hf: nn.Module) -> CrossAttention:
-        a = hf.encoder_attn
-        return CrossAttention(
-            f"decoder.layers.{i}.encoder_attn", a.num_heads, a.head_dim, q=a.q_proj, k=a.k_proj, v=a.v_proj, o=a.out_proj,
-            scale=a.scaling,
-        )
-
-    crosses = [cross_attention(i, hf) for i, hf in enumerate(decoder.layers)]
-    layers = []
-    for i, (hf, cross) in enumerate(zip(decoder.layers, crosses)):
-        a = hf.self_attn
+    layers, crosses = [], []
+    for i, hf in enumerate(decoder.layers):
+        a, c = hf.self_attn, hf.encoder_attn
         attention = Attention(
             f"decoder.layers.{i}.self_attn", AttentionShape(a.num_heads, a.num_heads, a.head_dim),
             q=a.q_proj, k=a.k_proj, v=a.v_proj, o=a.out_proj, context=max_decode_len, dtype=dtype, scale=a.scaling, rope=None,
         )
+        cross = CrossAttention(f"decoder.layers.{i}.encoder_attn", c.num_heads, c.head_dim, q=c.q_proj, o=c.out_proj, scale=c.scaling)
+        crosses.append(CrossKeysValues(c.num_heads, c.head_dim, k=c.k_proj, v=c.v_proj))
         mlp = MLP(config.activation_function, fc1=hf.fc1, fc2=hf.fc2)
         layers.append(DecoderLayer(attention, cross, mlp, norm1=hf.self_attn_layer_norm, norm2=hf.encoder_attn_layer_norm,
                                    norm3=hf.final_layer_norm))

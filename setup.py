@@ -28,6 +28,7 @@ setup(
         "coreai_partitioner.llm",
         "coreai_partitioner.llm.blocks",
         "coreai_partitioner.llm.families",
+        "coreai_partitioner.speech",
         "coreai_partitioner.cli",
         "coreai_partitioner.backends",
         "coreai_partitioner.backends.apple_coreai",

@@ -69,11 +69,11 @@ def tiny_generation_config(config: Any) -> Any:
 def tiny_model(seed: int = 0) -> Any:
     """:func:`tiny_config`'s ``WhisperForConditionalGeneration``, seeded, eager attention, its generation config set."""
     import torch
-    from transformers import WhisperForConditionalGeneration
+    from transformers import AutoModelForSpeechSeq2Seq
 
     torch.manual_seed(seed)
     config = tiny_config()
-    model = WhisperForConditionalGeneration._from_config(config, attn_implementation="eager").eval()
+    model = AutoModelForSpeechSeq2Seq.from_config(config, attn_implementation="eager").eval()
     model.generation_config = tiny_generation_config(config)
     return model
 

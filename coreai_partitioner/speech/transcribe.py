@@ -189,9 +189,9 @@ class SpeechProgram:
         self.max_decode_len = int(self.constant("get_max_seq_len"))
 
     def constant(self, name: str) -> Any:
-        """A constant method's value (``get_eos_ids``, ``decoder_start_token_id``, ...)."""
-        (value,) = self.program.load_method(name).execute([])
-        return value
+        """A constant method's value (``decoder_start_token_id``, ...); a list's values as a tuple (``get_eos_ids``)."""
+        values = tuple(self.program.load_method(name).execute([]))
+        return values[0] if len(values) == 1 else values
 
     @property
     def settings(self) -> FeatureSettings:

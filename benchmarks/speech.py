@@ -102,8 +102,11 @@ def reference(cache_dir: Path) -> dict:
     return found
 
 
-def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, work: Path) -> dict:
-    """One row, in this process: export with every phase measured, then transcribe each recording."""
+def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, work: Path, out_json: Path) -> dict:
+    """One row, in this process: export with every phase measured, then transcribe each recording.
+
+    The row is written to ``out_json`` after each recording, so a long fp16 row stopped early keeps what it did.
+    """
     import memory_profile
 
     profile = memory_profile.Profile()
@@ -153,6 +156,20 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
     program = speech.SpeechProgram(out)
     load_seconds = time.perf_counter() - started
     results = {}
+    row = {
+        "row": name,
+        "form": form,
+        "dtype": dtype_name,
+        "weights_mb": weights / 1e6,
+        "pte_mb": out.stat().st_size / 1e6,
+        "export_s": export_seconds,
+        "export_cpu_s": export_cpu,
+        "phases": phases,
+        "peak_rss_gb": peak / memory_profile.GB,
+        "extra_over_weights": max(0, peak - baseline) / weights,
+        "runtime_load_s": load_seconds,
+        "recordings": results,
+    }
     for wav in recordings():
         if only and wav.stem not in only:
             continue
@@ -173,20 +190,8 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
             "rtf": total / ref["audio_seconds"],
         }
         print(f"{name} {wav.stem}: {text!r} ({results[wav.stem]['encoder_s']:.1f} s encoder)", flush=True)
-    return {
-        "row": name,
-        "form": form,
-        "dtype": dtype_name,
-        "weights_mb": weights / 1e6,
-        "pte_mb": out.stat().st_size / 1e6,
-        "export_s": export_seconds,
-        "export_cpu_s": export_cpu,
-        "phases": phases,
-        "peak_rss_gb": peak / memory_profile.GB,
-        "extra_over_weights": max(0, peak - baseline) / weights,
-        "runtime_load_s": load_seconds,
-        "recordings": results,
-    }
+        out_json.write_text(json.dumps(row, indent=1))
+    return row
 
 
 def table(found: dict) -> str:
@@ -244,7 +249,7 @@ def main() -> None:
         expected = json.loads(args.reference.read_text())
         only = args.fp16_recordings if ROWS[args.row][1] == "fp16" else None
         with tempfile.TemporaryDirectory() as work:
-            found = run_row(args.row, args.cache_dir, expected, only, Path(work))
+            found = run_row(args.row, args.cache_dir, expected, only, Path(work), args.out)
         args.out.write_text(json.dumps(found, indent=1))
         return
 

@@ -168,6 +168,7 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         "peak_rss_gb": peak / memory_profile.GB,
         "extra_over_weights": max(0, peak - baseline) / weights,
         "runtime_load_s": load_seconds,
+        "load_average": os.getloadavg()[1],  # the machine is shared: the 5-minute load when the runs began
         "recordings": results,
     }
     for wav in recordings():
@@ -209,6 +210,8 @@ def table(found: dict) -> str:
             f"{len(done):>10}  {sum(r['same_ids'] for r in done):>8}  {sum(r['same_text'] for r in done):>9}  {mean('wer'):>8.3f}  "
             f"{mean('encoder_s'):>9.1f}  {mean('per_token_ms'):>8.0f}  {mean('rtf'):>5.2f}"
         )
+    loads = ", ".join(f"{row['row']} {row['load_average']:.1f}" for row in found["rows"] if "load_average" in row)
+    lines += ["", f"5-minute load average of this 2-core machine when each row's runs began: {loads or 'not recorded'}"]
     lines += ["", "per recording (Hugging Face fp32 greedy first, then each row's text)"]
     for stem, ref in reference.items():
         lines.append(f"{stem} ({ref['audio_seconds']:.1f} s): HF fp32 eager {ref['text']!r} ({len(ref['ids'])} tokens, {ref['seconds']:.1f} s)")

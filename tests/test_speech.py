@@ -41,7 +41,6 @@ RECORDINGS = sorted((Path(__file__).parent / "speech").glob("*.wav"))
 SPOKEN = {
     "fox": "The quick brown fox jumps over the lazy dog.",
     "kitchen": "Please turn off the lights in the kitchen before you leave.",
-    "weather": "The weather will be sunny and warm tomorrow afternoon.",
     "library": "She borrowed three books from the library on Monday.",
 }
 TINY_TOKENS = 12
@@ -252,7 +251,7 @@ def hf_greedy(whisper_base) -> dict[str, dict]:
     from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
     processor = WhisperProcessor.from_pretrained(whisper_base)
-    model = WhisperForConditionalGeneration.from_pretrained(whisper_base, attn_implementation="eager").eval()
+    model = WhisperForConditionalGeneration.from_pretrained(whisper_base).eval()
     found = {}
     for wav in RECORDINGS:
         features = processor(speech.read_wav(wav), sampling_rate=16000, return_tensors="pt").input_features

@@ -9,5 +9,4 @@ say() {  # say NAME VOICE TEXT
 }
 say fox en-us "The quick brown fox jumps over the lazy dog."
 say kitchen en-gb "Please turn off the lights in the kitchen before you leave."
-say weather en-us "The weather will be sunny and warm tomorrow afternoon."
 say library en-gb-x-rp "She borrowed three books from the library on Monday."

@@ -221,6 +221,7 @@ def table(found: dict) -> str:
                 verdict = "same ids" if got["same_ids"] else "same text" if got["same_text"] else f"WER {got['wer']:.2f}"
                 lines.append(f"  {row['row']:<11} {got['text']!r}: {verdict}; encoder {got['encoder_s']:.1f} s, "
                              f"{got['per_token_ms']:.0f} ms per token over {got['tokens']}, RTF {got['rtf']:.2f}")
+    lines += ["", "notes"] + [f"  {note}" for note in found.get("notes", [])] if found.get("notes") else []
     lines += ["", "export time by phase, s"]
     labels = list(dict.fromkeys(label for row in found["rows"] for label in row["phases"]))
     lines.append("row          " + "  ".join(f"{label:>{max(len(label), 6)}}" for label in labels))
@@ -261,8 +262,10 @@ def main() -> None:
         reference_file.write_text(json.dumps(reference(args.cache_dir), indent=1))
     found = {"reference": json.loads(reference_file.read_text()), "rows": []}
     previous = args.results / "speech.json"
-    if previous.is_file():  # rows not run again keep their results
-        found["rows"] = [row for row in json.loads(previous.read_text())["rows"] if row["row"] not in args.rows]
+    if previous.is_file():  # rows not run again keep their results, and the notes stay
+        kept = json.loads(previous.read_text())
+        found["rows"] = [row for row in kept["rows"] if row["row"] not in args.rows]
+        found["notes"] = kept.get("notes", [])
     for name in args.rows:
         out = args.cache_dir / f"{name}.json"
         command = [sys.executable, __file__, "--row", name, "--cache-dir", str(args.cache_dir), "--reference",

@@ -29,7 +29,7 @@ an ``image-text-to-text`` checkpoint (:mod:`coreai_partitioner.cli.export_vlm`).
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
 from coreai_partitioner.vision.errors import ImageTokensOverBound, UnsupportedImage, UnsupportedVisionConfig, UnsupportedVisionModel
-from coreai_partitioner.vision.export import METHODS, adapt, check, export_methods, lower_vlm, runner_metadata
+from coreai_partitioner.vision.export import METHODS, adapt, check_config, export_methods, lower_vlm, runner_metadata
 from coreai_partitioner.vision.families import family_of, supported, tiny_config
 from coreai_partitioner.vision.model import VisionLanguage
 
@@ -41,7 +41,7 @@ __all__ = [
     "UnsupportedVisionModel",
     "VisionLanguage",
     "adapt",
-    "check",
+    "check_config",
     "export_methods",
     "family_of",
     "lower_vlm",

@@ -1,0 +1,231 @@
+"""Vision-language models (``coreai_partitioner.vision``): one ``.pte`` that ExecuTorch's ``MultimodalRunner`` runs.
+
+Each family's tiny random model (2 tower layers, 2 decoder layers; the
+decoder widened so its weights are most of the ``.pte``) gets a prompt from
+its own Hugging Face processor with an image in the middle (``ab<image>cd``;
+Idefics3's processor cuts the image into four tiles and a global view).
+Exported once per module, the ``.pte`` runs in ExecuTorch's own
+``MultimodalRunner`` (the Python binding of the 1.5.1 wheel, Core AI
+delegates on the host backend) and its greedy tokens are HF ``generate``'s.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from llm_helpers import TIES  # noqa: E402
+
+from coreai_partitioner import llm, save_pte, vision  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
+from coreai_partitioner.vision import check, run  # noqa: E402
+
+SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=16)
+NEW_TOKENS = 8
+#: Where each family's processor takes the image in the prompt.
+PLACEHOLDER = {"gemma3": "<start_of_image>", "idefics3": "<image>", "llava": "<image>"}
+#: What the asset invokes: the tower's layer_norm and (non-causal) SDPA, the decoder's composites, Gemma 3's
+#: projector's norm and pool.
+COMPOSITES = {
+    # tower: 2 layers x 2 LayerNorms + the final one, 2 SDPA; projector: a (1 + w) RMSNorm, the pool;
+    # decoder: 2 layers x (4 norms + q/k norms) + the final norm, 2 SDPA, RoPE on q and k
+    "gemma3": {"layer_norm": 5, "rms_norm": 14, "scaled_dot_product_attention": 4, "rope": 4, "avg_pool_2d": 1},
+    # tower: 2 layers, the final LayerNorm; decoder: Llama's
+    "idefics3": {"layer_norm": 5, "rms_norm": 5, "scaled_dot_product_attention": 4, "rope": 4},
+    # tower: CLIP's pre-LayerNorm and the first layer only (features from the penultimate); decoder: Llama's
+    "llava": {"layer_norm": 3, "rms_norm": 5, "scaled_dot_product_attention": 3, "rope": 4},
+}
+
+
+def tiny_vlm(model_type: str, dtype: torch.dtype = torch.float32):
+    """The family's tiny random model, the decoder 256 wide, eager attention, every parameter random."""
+    import transformers
+
+    config = vision.tiny_config(model_type)
+    config.get_text_config().hidden_size = 256
+    config.get_text_config().intermediate_size = 512
+    torch.manual_seed(0)
+    model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.numel() > 1 and bool((parameter == parameter.flatten()[0]).all()):
+                parameter.add_(torch.empty_like(parameter).uniform_(-0.5, 0.5))
+    return model.to(dtype)
+
+
+def prompt(model_type: str, processor):
+    """The processor's inputs for ``ab<image>cd`` and a random 48x80 image."""
+    image = (np.random.default_rng(0).random((48, 80, 3)) * 255).astype("uint8")
+    return processor(text=f"ab{PLACEHOLDER[model_type]}cd", images=image, return_tensors="pt")
+
+
+def hf_generate(model, processed, new_tokens: int = NEW_TOKENS) -> tuple[list[int], list[float]]:
+    """HF ``generate``'s greedy new tokens over the processor's inputs, and the margin of each step's top two."""
+    with torch.no_grad():
+        out = model.generate(
+            **processed, max_new_tokens=new_tokens, do_sample=False, output_scores=True, return_dict_in_generate=True
+        )
+    top2 = [scores[0].float().topk(2).values for scores in out.scores]
+    return out.sequences[0, processed["input_ids"].shape[1] :].tolist(), [float(a - b) for a, b in top2]
+
+
+def assert_hf_tokens(got: list[int], wanted: list[int], margins: list[float], dtype=torch.float32) -> None:
+    """``got`` is HF's greedy continuation; a token may differ only where HF's top two tie (then no more is owed)."""
+    for step, (expected, margin) in enumerate(zip(wanted, margins)):
+        assert step < len(got), f"stopped after {got}; HF goes on: {wanted}"
+        if got[step] != expected:
+            assert margin < TIES[dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
+            return
+    assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
+
+
+class Exported:
+    """A family's tiny model, its processor's prompt, and its host-form ``.pte`` with the tokenizer beside it."""
+
+    def __init__(self, model_type: str, directory) -> None:
+        self.model_type = model_type
+        self.model = tiny_vlm(model_type)
+        self.processor = vision.family_of(self.model.config).tiny_processor(self.model.config)
+        self.processed = prompt(model_type, self.processor)
+        self.vlm = vision.adapt(self.model, SHAPES)
+        self.segments = run.runner_inputs(self.processed, self.vlm.image_token_id, self.vlm.image_tokens)
+        self.path = save_pte(vision.lower_vlm(self.model, SHAPES, vlm=self.vlm), directory / "model.pte")
+        self.tokenizer = directory / "tokenizer.json"
+        self.processor.tokenizer.backend_tokenizer.save(str(self.tokenizer))
+
+    @property
+    def weights(self) -> int:
+        return sum(p.numel() * p.element_size() for p in {id(p): p for p in self.model.parameters()}.values())
+
+    def runner_tokens(self) -> list[int]:
+        """ExecuTorch's MultimodalRunner on the .pte, its greedy pieces as token ids."""
+        vocab = self.processor.tokenizer.get_vocab()
+        return [vocab[piece] for piece in run.generate(self.path, self.tokenizer, self.segments, NEW_TOKENS)]
+
+
+@pytest.fixture(scope="module", params=sorted(PLACEHOLDER))
+def exported(request, tmp_path_factory):
+    return Exported(request.param, tmp_path_factory.mktemp(request.param))
+
+
+# ---------------------------------------------------------------- eager, no export
+
+
+@pytest.mark.parametrize("model_type", sorted(PLACEHOLDER))
+def test_each_familys_methods_fed_segment_by_segment_are_hf_eager(model_type):
+    model = tiny_vlm(model_type)
+    processed = prompt(model_type, vision.family_of(model.config).tiny_processor(model.config))
+    vlm = vision.adapt(model, SHAPES)
+    reference = check.reference(model, processed, vlm.image_token_id, vlm.image_tokens)
+    report = check.check(vlm, reference)
+    assert report.ok, report
+    features, logits = check.program_outputs(vlm, reference)
+    for got, expected in zip(features, reference.features):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits, reference.logits, rtol=1e-4, atol=1e-5)
+    assert run.greedy(vlm, reference.segments, NEW_TOKENS, eos_ids=[2]) == reference.tokens
+
+
+def test_gemma3_image_tokens_attend_each_other_both_ways_as_hf_token_type_ids_make_them():
+    model = tiny_vlm("gemma3")
+    processed = prompt("gemma3", vision.family_of(model.config).tiny_processor(model.config))
+    vlm = vision.adapt(model, SHAPES)
+    segments = run.runner_inputs(processed, vlm.image_token_id, vlm.image_tokens)
+    methods = run.Methods.of(vlm)
+    position = 0
+    for segment in segments:
+        logits, position = run.prefill(methods, segment, position)
+    causal = {k: v for k, v in processed.items() if k != "token_type_ids"}
+    with torch.no_grad():
+        both_ways, one_way = model(**processed).logits[0, -1], model(**causal).logits[0, -1]
+    assert float((both_ways - one_way).abs().max()) > 1e-3  # the image's own attention matters here
+    torch.testing.assert_close(logits.reshape(-1), both_ways, rtol=1e-4, atol=1e-5)
+    # The flag rides on the embeddings: ones after an image's, zeros after text's.
+    image = methods.call("vision_encoder", segments[1].pixels.unsqueeze(0))
+    text = methods.call("token_embedding", torch.tensor([segments[0].tokens]))
+    assert image.shape[-1] == text.shape[-1] == model.config.get_text_config().hidden_size + 1
+    assert bool((image[..., -1] == 1).all()) and bool((text[..., -1] == 0).all())
+
+
+def test_idefics3_tiles_are_a_runner_image_input_each_with_the_processors_text_between():
+    model = tiny_vlm("idefics3")
+    processor = vision.family_of(model.config).tiny_processor(model.config)
+    processed = prompt("idefics3", processor)
+    segments = run.runner_inputs(processed, model.config.image_token_id, vision.family_of(model.config).image_tokens(model.config))
+    texts = [processor.tokenizer.decode(list(s.tokens)) for s in segments if not s.is_image]
+    assert [s.is_image for s in segments] == [False, True] * 5 + [False]  # 2x2 tiles, then the global view
+    assert texts == [
+        "ab<fake_token_around_image><row_1_col_1>", "<fake_token_around_image><row_1_col_2>",
+        "\n<fake_token_around_image><row_2_col_1>", "<fake_token_around_image><row_2_col_2>",
+        "\n\n<fake_token_around_image><global-img>", "<fake_token_around_image>cd",
+    ]
+    tiles = [s.pixels for s in segments if s.is_image]
+    for tile, pixels in zip(tiles, processed["pixel_values"][0]):
+        assert torch.equal(tile, pixels)
+
+
+# ---------------------------------------------------------------- refused before any export work
+
+
+def test_a_checkpoint_without_a_vision_config_is_refused_naming_the_text_path():
+    with pytest.raises(vision.UnsupportedVisionModel, match=r"llama: the checkpoint has no vision_config.*export it as text generation"):
+        vision.check_config(llm.tiny_config("llama"), SHAPES)
+
+
+def test_a_vision_model_no_family_adapts_is_refused_naming_the_families():
+    from transformers import PaliGemmaConfig
+
+    with pytest.raises(vision.UnsupportedVisionModel, match=r"model_type 'paligemma': .*families: gemma3, idefics3, llava, smolvlm"):
+        vision.check_config(PaliGemmaConfig(), SHAPES)
+
+
+def test_an_image_of_more_tokens_than_one_decoder_call_takes_is_refused_with_the_bound_to_give():
+    config = vision.tiny_config("llava")  # 16 image tokens
+    with pytest.raises(vision.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --max-seq-len 16 or more"):
+        vision.check_config(config, llm.DecoderShapes(max_context_len=64, prefill_chunk=8))
+
+
+def test_an_image_of_the_wrong_size_is_refused_naming_the_size_the_encoder_takes():
+    with pytest.raises(vision.UnsupportedImage, match=r"shape \(3, 48, 32\): the vision encoder was exported for \[3, 32, 32\].*resize it to 32x32"):
+        run.check_image(torch.zeros(3, 48, 32), (32, 32))
+    run.check_image(torch.zeros(1, 3, 32, 32), (32, 32))
+
+
+# ---------------------------------------------------------------- the .pte
+
+
+@pytest.mark.slow
+def test_multimodal_runner_on_the_pte_generates_hf_generates_greedy_tokens(exported):
+    wanted, margins = hf_generate(exported.model, exported.processed)
+    assert_hf_tokens(exported.runner_tokens(), wanted, margins)
+
+
+@pytest.mark.slow
+def test_the_ptes_methods_are_the_runners_each_a_function_of_one_asset_storing_the_weights_once(exported):
+    pte = read_pte(exported.path)
+    assert set(vision.METHODS) <= set(pte.methods)
+    assert {"get_max_seq_len", "get_max_context_len", "use_kv_cache", "get_eos_ids"} <= set(pte.methods)
+    delegates = pte.coreai_delegates()
+    assert sorted(d.method for d in delegates) == sorted(vision.METHODS)  # one delegate per method
+    assert {d.manifest["function"] for d in delegates} == set(vision.METHODS)
+    assert len({d.manifest["hash"] for d in delegates}) == 1
+    assert pte.size <= 1.05 * exported.weights, (pte.size, exported.weights)
+
+
+@pytest.mark.slow
+def test_the_asset_invokes_the_towers_and_the_decoders_composites(exported):
+    (delegate, *_) = read_pte(exported.path).coreai_delegates()
+    with tempfile.TemporaryDirectory() as directory:
+        summary = summarize_ir(asset_ir(delegate.asset_path(directory)))
+    assert summary.composites() == Counter(COMPOSITES[exported.model_type])
+    attention = [g for g in summary.graphs if g.composite == "scaled_dot_product_attention"]
+    tower = [g for g in attention if g.name.startswith("vision_encoder__")]
+    assert tower and all("is_causal = false" in g.composite_attrs for g in tower)

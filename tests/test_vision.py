@@ -229,3 +229,77 @@ def test_the_asset_invokes_the_towers_and_the_decoders_composites(exported):
     attention = [g for g in summary.graphs if g.composite == "scaled_dot_product_attention"]
     tower = [g for g in attention if g.name.startswith("vision_encoder__")]
     assert tower and all("is_causal = false" in g.composite_attrs for g in tower)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def export_command(*argv: str) -> tuple[int, str, str]:
+    """``python -m coreai_partitioner export ARGV`` in this process: exit status, standard output, standard error."""
+    import contextlib
+    import io
+
+    from coreai_partitioner.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(["export", *argv])
+        except SystemExit as exited:
+            status = exited.code
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_the_command_refuses_bad_input_before_any_export_work_and_leaves_nothing(tmp_path):
+    text_only = tmp_path / "text-only"
+    llm.tiny_config("llama").save_pretrained(text_only)
+    out = tmp_path / "out" / "model.pte"
+    status, _, err = export_command("--task", "image-text-to-text", "--checkpoint", str(text_only), "--out", str(out))
+    assert status == 1 and "llama: the checkpoint has no vision_config" in err and "export it as text generation" in err
+
+    status, _, err = export_command("--config", "llava", "--max-seq-len", "8", "--out", str(out))
+    assert status == 1 and "one image is 16 embeddings" in err and "--max-seq-len 16 or more" in err
+
+    torch.save(torch.zeros(3, 64, 64), tmp_path / "pixels.pt")
+    status, _, err = export_command("--config", "llava", "--image", str(tmp_path / "pixels.pt"), "--verify", "--out", str(out))
+    assert status == 1 and "shape (3, 64, 64): the vision encoder was exported for [3, 32, 32]" in err
+    assert not out.parent.exists()
+
+
+def test_the_command_routes_a_vision_checkpoint_to_the_vision_exporter_and_dry_runs_it(tmp_path):
+    checkpoint = tmp_path / "gemma3"
+    vision.tiny_config("gemma3").save_pretrained(checkpoint)
+    status, out, err = export_command("--checkpoint", str(checkpoint), "--no-tokenizer", "--dry-run", "--out", str(tmp_path / "m.pte"))
+    assert status == 0, err
+    assert "vision_encoder(pixels [1, 3, 32, 32]) -> [1, 4, D]" in out and "a gemma3_text decoder of 2 layer(s)" in out
+    assert not (tmp_path / "m.pte").exists()
+
+
+@pytest.mark.slow
+def test_the_command_exports_verifies_and_writes_what_a_caller_needs_beside_the_pte(tmp_path):
+    out = tmp_path / "idefics3" / "model.pte"
+    status, printed, err = export_command("--config", "idefics3", "--quantize", "palettize4", "--verify", "--out", str(out))
+    assert status == 0, err[-3000:]
+    assert "thresholds of fp32 + palettize4" in printed and "3 Core AI delegate(s), 1 asset" in printed
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model.pte", "preprocessor_config.json", "tokenizer.json"]
+    preprocessor = json.loads((out.parent / "preprocessor_config.json").read_text())
+    assert preprocessor["max_image_size"] == {"longest_edge": 32} and len(preprocessor["image_mean"]) == 3
+    pte = read_pte(out)
+    assert set(vision.METHODS) <= set(pte.methods) and len({d.manifest["hash"] for d in pte.coreai_delegates()}) == 1
+
+
+def test_a_scheme_applies_to_the_tower_where_its_shapes_fit_and_says_where_they_do_not():
+    from coreai_partitioner.vision.export import tower_kept_float
+
+    vlm = vision.adapt(tiny_vlm("llava"), SHAPES)
+    with pytest.warns(UserWarning, match=r"llava: the int4 scheme cannot store 1 layer\(s\) of the vision tower and projector, kept float: model.tower.embeddings.conv"):
+        assert tower_kept_float(vlm, "int4") == ["model.tower.embeddings.conv"]  # a patch convolution over 3 channels
+    assert tower_kept_float(vlm, "int8") == []
+
+
+def test_the_vision_command_prints_its_help(capsys):
+    from coreai_partitioner.cli.main import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["export", "--task", "image-text-to-text", "--help"])
+    assert exited.value.code == 0 and "MultimodalRunner" in capsys.readouterr().out

@@ -113,7 +113,7 @@ class VisionReport:
             [
                 f"verify: a prompt of {len(ref.segments)} segment(s), {images} of them image(s), one text_decoder call "
                 f"each, then the fp32 model's {len(ref.tokens) - 1} greedy token(s) one a call",
-                "image embeddings (vision_encoder) against get_image_features:",
+                "image embeddings (vision_encoder) against get_image_features, each at unit RMS:",
                 str(self.features),
                 "logits after the prompt and after each token against the fp32 model:",
                 str(self.logits),
@@ -141,9 +141,15 @@ def check(
         threshold = fidelity.threshold_for(dtype, quantize)
     precision = fidelity.precision_name(dtype, quantize)
     features, logits = program_outputs(program, reference)
+    # At unit RMS: SNR is a ratio, but fidelity's regularizers (1e-5 of signal power) are sized for values near 1,
+    # and a tiny random model's features are far smaller.
+    scales = [e.pow(2).mean().sqrt().clamp_min(1e-30) for e in reference.features]
     return VisionReport(
         reference,
         logits.argmax(-1).tolist(),
-        fidelity.compare(features, reference.features, threshold, precision=precision),
+        fidelity.compare(
+            [a / s for a, s in zip(features, scales)], [e / s for e, s in zip(reference.features, scales)], threshold,
+            precision=precision,
+        ),
         fidelity.compare([logits], [reference.logits], threshold, logits=True, precision=precision),
     )

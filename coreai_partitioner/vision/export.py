@@ -87,7 +87,9 @@ class Method(nn.Module):
         self.model = model
         self.method = method
 
-    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` the method's input (pixels, tokens, embeddings); ``positions`` the text decoder's."""
+        inputs = (x,) if positions is None else (x, positions)
         return getattr(self.model, self.method)(*inputs)
 
 
@@ -113,32 +115,86 @@ def samples(vlm: VisionLanguage, shapes: DecoderShapes) -> dict[str, tuple[tuple
     }
 
 
-def export_methods(vlm: VisionLanguage, shapes: DecoderShapes, *, decompositions: dict | None = None) -> dict[str, tuple]:
-    """``{method: (exported_program, records)}``: each method exported with its composites externalized."""
+def export_methods(
+    vlm: VisionLanguage, shapes: DecoderShapes, *, decompositions: dict | None = None, quantize: Any = None
+) -> dict[str, tuple]:
+    """``{method: (exported_program, records)}``: each method exported with its composites externalized.
+
+    ``quantize`` (a scheme of :data:`coreai_partitioner.quantize.SCHEMES`)
+    stores the weights outside the composites compressed: every weight of the
+    text decoder (refused, before any work, if one does not fit the scheme),
+    and of the tower and projector those that fit (:func:`tower_kept_float`).
+    Each method's program is quantized by the same scheme, so a weight two
+    methods read (the token embedding, a tied head) is the same compressed
+    tensor in both, stored once.
+    """
     from coreai_partitioner import default_specs, externalize_modules
     from coreai_partitioner.llm.passes import remove_noop_expands
+    from coreai_partitioner.quantize import quantize as quantize_program
+    from coreai_partitioner.quantize import uses_coreai_opt
 
+    kept = tower_kept_float(vlm, quantize) if quantize else []
+    if quantize and uses_coreai_opt(quantize):
+        decompositions_at_export = None  # coreai-opt finds Linear layers by aten.linear, before decomposition
+    else:
+        decompositions_at_export = decompositions
     exported = {}
     inputs = samples(vlm, shapes)
-    # Method.forward takes its inputs as one *inputs: their dynamic shapes are one tuple.
-    dims = {method: None if d is None else (d,) for method, (_, d) in inputs.items()}
+    dims = {method: d for method, (_, d) in inputs.items()}
     for method, (sample, _) in inputs.items():
 
         def export_fn(module: nn.Module, sample=sample, method=method) -> torch.export.ExportedProgram:
-            dynamic_shapes = dims[method]
             with torch.no_grad():
-                if decompositions is not None:
-                    return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
-                return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
+                if decompositions_at_export is not None:
+                    return _compat.export_decomposed(module, sample, dims[method], decompositions_at_export)
+                return torch.export.export(module, sample, dynamic_shapes=dims[method])
 
         with warnings.catch_warnings():
             # Each method calls some of the model's composites: the others have no call site in its program, by design.
             warnings.filterwarnings("ignore", message="No call sites found for externalized submodule")
             program, records = externalize_modules(Method(vlm, method), default_specs(), export_fn=export_fn)
+        if quantize:
+            program = quantize_program(
+                program, quantize, records=records, dynamic_shapes=dims[method], keep_float=kept,
+                decompositions=decompositions,
+            )
         for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
             remove_noop_expands(graph_module)
         exported[method] = (program, records)
     return exported
+
+
+#: Modules whose weights a scheme stores (:func:`coreai_partitioner.quantize.check_model`'s).
+_STORED = (nn.Linear, nn.Conv2d, nn.Embedding)
+
+
+def tower_kept_float(vlm: VisionLanguage, scheme: Any) -> list[str]:
+    """The tower's and projector's layers ``scheme`` cannot store, kept float and said so in a warning.
+
+    The text decoder's weights must all fit: one that does not is refused
+    here, before any export work, naming it and the ways out
+    (:func:`coreai_partitioner.quantize.check_model`).  A tower's shapes are
+    its own (a patch convolution over 3 channels, a width no int4 block
+    divides), so there the scheme applies where it fits.
+    """
+    from coreai_partitioner.quantize import QuantizationError, check_model
+
+    check_model(vlm.decoder, scheme)
+    kept = []
+    for part in ("tower", "projector"):
+        for path, module in getattr(vlm, part).named_modules():
+            if isinstance(module, _STORED):
+                try:
+                    check_model(module, scheme)
+                except QuantizationError as error:
+                    kept.append((f"model.{part}.{path}", str(error).split(": ", 1)[-1].split(". Either", 1)[0]))
+    if kept:
+        warnings.warn(
+            f"{vlm.model_type}: the {scheme} scheme cannot store {len(kept)} layer(s) of the vision tower and projector, "
+            "kept float: " + "; ".join(f"{path} ({why})" for path, why in kept),
+            stacklevel=3,
+        )
+    return [path for path, _ in kept]
 
 
 def runner_metadata(model: nn.Module, vlm: VisionLanguage, shapes: DecoderShapes) -> dict[str, Any]:
@@ -160,11 +216,19 @@ def runner_metadata(model: nn.Module, vlm: VisionLanguage, shapes: DecoderShapes
     return metadata
 
 
-def lower_vlm(model: nn.Module, shapes: DecoderShapes, *, vlm: VisionLanguage | None = None, **partitioner_options: Any):
+def lower_vlm(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    *,
+    vlm: VisionLanguage | None = None,
+    quantize: Any = None,
+    **partitioner_options: Any,
+):
     """Export and lower ``model``'s three methods to one Core AI asset, with the runner's metadata.
 
     Returns the ``EdgeProgramManager`` (``.to_executorch()`` gives the
-    ``.pte``).  ``vlm`` is :func:`adapt`'s, when the caller made it already.
+    ``.pte``).  ``vlm`` is :func:`adapt`'s, when the caller made it already;
+    ``quantize`` is :func:`export_methods`'.
     """
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
@@ -173,7 +237,8 @@ def lower_vlm(model: nn.Module, shapes: DecoderShapes, *, vlm: VisionLanguage | 
         raise NotImplementedError("the vision-language device form is not built yet; export with target='host'")
     vlm = vlm if vlm is not None else adapt(model, shapes)
     methods = {}
-    for method, (program, records) in export_methods(vlm, shapes, decompositions=decomposition_table()).items():
+    exported = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
+    for method, (program, records) in exported.items():
         partitioner = CoreAIPartitioner(externalized_modules=records, share_asset=True, **partitioner_options)
         methods[method] = (program, partitioner)
     with torch.no_grad():

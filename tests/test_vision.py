@@ -303,3 +303,27 @@ def test_the_vision_command_prints_its_help(capsys):
     with pytest.raises(SystemExit) as exited:
         main(["export", "--task", "image-text-to-text", "--help"])
     assert exited.value.code == 0 and "MultimodalRunner" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- optimum-executorch
+
+
+@pytest.mark.slow
+def test_optimum_executorchs_multimodal_model_exports_with_the_coreai_recipe_and_generates_hf_greedy_tokens():
+    """``ExecuTorchModelForMultiModalToText.from_pretrained(dir, recipe="coreai")`` on transformers 5.0.0rc1."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from test_transformers_rc1 import rc1_environment
+
+    script = Path(__file__).parent / "rc1" / "optimum_vlm.py"
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=rc1_environment())
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["transformers"] == "5.0.0rc1"
+    assert {"vision_encoder", "token_embedding", "text_decoder", "modality", "vision_token_id", "get_eos_id"} <= set(result["methods"])
+    assert result["optimum"] == result["hf"]
+    # optimum prefills the whole prompt in one call, the image's rows written over its placeholders: the flag
+    # channel comes with them, so the image attends itself both ways there too.
+    assert result["prefill_error"] < 1e-5 < 1e-3 < result["causal_gap"]

@@ -222,13 +222,16 @@ def lower_vlm(
     *,
     vlm: VisionLanguage | None = None,
     quantize: Any = None,
+    metadata: dict[str, Any] | None = None,
     **partitioner_options: Any,
 ):
     """Export and lower ``model``'s three methods to one Core AI asset, with the runner's metadata.
 
     Returns the ``EdgeProgramManager`` (``.to_executorch()`` gives the
     ``.pte``).  ``vlm`` is :func:`adapt`'s, when the caller made it already;
-    ``quantize`` is :func:`export_methods`'.
+    ``quantize`` is :func:`export_methods`'.  ``metadata`` adds constant
+    methods to :func:`runner_metadata`'s, which win where both name one
+    (optimum-executorch's ``modality``, ``vision_token_id``).
     """
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
@@ -244,6 +247,6 @@ def lower_vlm(
     with torch.no_grad():
         return lower_whole_programs(
             methods,
-            constant_methods=runner_metadata(model, vlm, shapes),
+            constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
             compile_config=_compat.unverified_compile_config(),
         )

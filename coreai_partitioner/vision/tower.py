@@ -121,6 +121,7 @@ def tower(
     ``embed(pixels)`` runs HF's embeddings on an image (default:
     ``hf_tower.embeddings(pixel_values=pixels)``), to read their position ids.
     """
+    hf_tower = getattr(hf_tower, "vision_model", hf_tower)  # transformers 5.0's SigLIP and CLIP models wrap their transformer
     embeddings = hf_tower.embeddings
     size = config.image_size
     zeros = torch.zeros(1, config.num_channels, size, size, dtype=embeddings.patch_embedding.weight.dtype)

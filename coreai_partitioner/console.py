@@ -18,13 +18,16 @@ Two kinds of noise reach a terminal from the stack this project runs on:
 
 from __future__ import annotations
 
+import io
 import logging
 import os
+import re
 import sys
 import tempfile
 import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 #: Environment variable that keeps every dependency's output (``-v`` of this project's commands sets it).
 VERBOSE_ENV = "COREAI_PARTITIONER_VERBOSE"
@@ -47,6 +50,9 @@ WARNINGS = (
     (FutureWarning, r".*LeafSpec"),
     (UserWarning, r"coreai-torch has only been validated"),
     (UserWarning, r".*TypedStorage is deprecated"),
+    # ExecuTorch's emitter on the device form's caches: they carry no initial value on purpose (a call reads
+    # only the slots its sequence wrote; llm/device.py), which the warning calls "meaningless initial state".
+    (UserWarning, r"Mutation on a buffer in the model is detected"),
     (DeprecationWarning, r".*"),
 )
 
@@ -79,7 +85,8 @@ def quiet_dependencies(verbose_: bool = False) -> None:
 class NativeStreams:
     """File descriptors 1 and 2 taken from native code while inside; what it wrote is kept.
 
-    Standard error goes to a file, its lines in :attr:`lines` after exit.
+    Standard error goes to a file, its lines in :attr:`lines` after exit, with
+    the lines ExecuTorch's runtime logs through Python's ``sys.stderr``.
     Standard output goes there too, or to ``on_stdout`` (raw bytes, from a
     reader thread, as they come) when given.  Python's ``sys.stdout`` and
     ``sys.stderr`` write to copies of the original descriptors meanwhile, so
@@ -109,7 +116,8 @@ class NativeStreams:
         self._copies = tuple(
             open(os.dup(fd), "w", buffering=1, encoding="utf-8", errors="replace") for fd in self._saved
         )
-        sys.stdout, sys.stderr = self._copies
+        self._filter = _NativeLogFilter(self._copies[1], self.lines)
+        sys.stdout, sys.stderr = self._copies[0], self._filter
         return self
 
     def _read(self, fd: int) -> None:
@@ -118,6 +126,7 @@ class NativeStreams:
                 self._on_stdout(chunk)
 
     def __exit__(self, *exc_info) -> None:
+        self._filter.finish()
         sys.stdout, sys.stderr = self._python
         for copy in self._copies:
             copy.close()
@@ -128,9 +137,58 @@ class NativeStreams:
         if self._reader is not None:
             self._reader.join()
         self._file.seek(0)
-        self.lines += [line for line in self._file.read().decode(errors="replace").splitlines() if line.strip()]
+        native = [line for line in self._file.read().decode(errors="replace").splitlines() if line.strip()]
+        self.lines[:0] = native  # before the runtime's log lines, which Python's stream took meanwhile
         self._file.close()
 
     def tail(self, count: int = 20) -> str:
         """The last ``count`` lines written, for an error message."""
         return "\n".join(self.lines[-count:])
+
+
+class _NativeLogFilter(io.TextIOBase):
+    """Python's ``sys.stderr`` inside :class:`NativeStreams`: the program's own text goes to the terminal, and the
+    lines ExecuTorch's runtime logs (its Python bindings write ``[file.cpp:line] message`` to ``sys.stderr``,
+    not to file descriptor 2) go to the kept lines instead."""
+
+    _LOG_LINE = re.compile(r"^\[[\w./-]+\.(?:cpp|cc|c|h|hpp|mm):\d+\] ")
+
+    def __init__(self, terminal: Any, lines: list[str]) -> None:
+        self._terminal = terminal
+        self._lines = lines
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        if not self._pending and not text.startswith("["):
+            return self._terminal.write(text)  # a progress bar, a warning: as it comes
+        self._pending += text
+        *complete, self._pending = self._pending.split("\n")
+        for line in complete:
+            if self._LOG_LINE.match(line):
+                self._lines.append(line)
+            else:
+                self._terminal.write(line + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self._terminal.flush()  # a line still being written stays pending: the bindings flush after every piece
+
+    def finish(self) -> None:
+        """Hand on what is pending: a log line's start to the kept lines, anything else to the terminal."""
+        if self._pending:
+            if self._LOG_LINE.match(self._pending):
+                self._lines.append(self._pending)
+            else:
+                self._terminal.write(self._pending)
+            self._pending = ""
+        self.flush()
+
+    def fileno(self) -> int:
+        return self._terminal.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._terminal.encoding
+
+    def isatty(self) -> bool:
+        return self._terminal.isatty()

@@ -4,7 +4,7 @@ The model is SmolLM2-135M-Instruct (the ``real_checkpoint`` fixture,
 ``tests/real_checkpoint.py``), exported in the host form (the default
 target) by ``python -m coreai_partitioner export-llm``: fp32 by a
 pip-installed checkout in a fresh venv outside it, in the device form
-(``--target device``: what an iPhone runs, the prompt fed token by token),
+(``--target device``: what an iPhone runs, the prompt fed in calls of the chunk),
 fp16 with ``--verify``, int4 (blocks of 32).  Its answers to a chat
 message, in the checkpoint's chat template as ``--chat`` applies it and
 through ExecuTorch's ``TextLLMRunner``, are Hugging Face ``generate``'s in
@@ -239,7 +239,7 @@ def test_a_pip_installed_checkout_exports_the_real_model_in_the_device_form_and_
     done = installed.done
     assert done.returncode == 0, done.stderr[-3000:]
     assert chat_answer(done.stdout) == hf_answers["fp32"][0] == ANSWER, done.stdout
-    assert_device_contract(installed.command.pte)  # what upstream's on-device runtime takes
+    assert_device_contract(installed.command.pte, chunk=DEVICE_SHAPES.prefill_chunk)  # what upstream's on-device runtime takes
 
 
 # ---------------------------------------------------------------- int4

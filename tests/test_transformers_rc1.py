@@ -76,7 +76,7 @@ def test_optimum_executorch_exports_with_the_coreai_recipe_and_generates_hf_gree
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["transformers"] == "5.0.0rc1"
     assert {"forward", "get_max_seq_len", "get_eos_ids", "get_bos_id"} <= set(result["methods"])
-    assert ("prefill" in result["methods"]) == (recipe == "coreai_device")
-    # ExecuTorchModelForCausalLM.generate: a one-call prefill, or token by token when forward takes one (device)
+    assert "prefill" not in result["methods"]  # the device form's forward takes the prompt (bounded T)
+    # ExecuTorchModelForCausalLM.generate: a one-call prefill, in either form
     assert result["optimum"] == result["hf"]
     assert result["optimum_text"] == result["hf_text"]  # text_generation, through its tokenizer

@@ -55,3 +55,13 @@ def assert_io_compatible(program: Any, edge_program: ExportedProgram, entrypoint
         raise ValueError(
             "Core AI delegate boundary is incompatible with ExecuTorch:\n  " + "\n  ".join(errors)
         )
+
+
+def default_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a tensor of ``shape`` in the default dim order (row-major, size-1 and size-0 dims included),
+    the only layout upstream's device runtime passes to Core AI."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))

@@ -59,7 +59,8 @@ def task_of(config: dict[str, Any], where: str = "config.json") -> str:
     if "num_mel_bins" in config:
         return "automatic-speech-recognition"
     if config.get("model_type") is None:
-        raise UnknownTask(f"{where} has no model_type and no architectures: give a Hugging Face checkpoint directory")
+        named = f"architectures {', '.join(architectures)} name no task exported here" if architectures else "no architectures"
+        raise UnknownTask(f"{where} has no model_type and {named}: give a Hugging Face checkpoint directory")
     return "text-generation"
 
 

@@ -76,7 +76,7 @@ class CommandError(Exception):
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    from coreai_partitioner.llm import SHAPE_MODES, TARGETS, supported
+    from coreai_partitioner.llm import DEVICE_SHAPES, SHAPE_MODES, TARGETS, supported
 
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
@@ -92,7 +92,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         choices=TARGETS,
         default="host",
         help="host: this package's runtime (caches as delegate state); device: upstream's on-device Core AI runtime "
-        "(CoreAIBackend, fp16/fp32 tensors only, static forward T=1 and prefill T=chunk, caches owned by ExecuTorch)",
+        "(CoreAIBackend, fp16/fp32 tensors only, caches owned by ExecuTorch)",
+    )
+    parser.add_argument(
+        "--device-shapes",
+        choices=DEVICE_SHAPES,
+        default="bounded",
+        help="the device form's layout: bounded = one forward taking T from 1 to --prefill-chunk (TextLLMRunner "
+        "prefills in chunks); static = forward T=1 beside prefill T=chunk (fixed shapes; TextLLMRunner feeds "
+        "the prompt token by token)",
     )
     for flag, options in LOWERING_OPTIONS.items():
         parser.add_argument(flag, **options)
@@ -185,7 +193,7 @@ def settle(args: argparse.Namespace) -> Plan:
     from coreai_partitioner.llm import DecoderShapes
 
     try:
-        shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target)
+        shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target, args.device_shapes)
     except ValueError as error:
         raise CommandError(str(error)) from None
     if args.num_layers is not None and args.num_layers < 1:
@@ -345,8 +353,9 @@ def export(plan: Plan, partial: Path) -> Path | None:
     logits = f"{'every position' if args.full_logits else 'last position'}'s logits"
     if shapes.device:
         for method, length in shapes.methods().items():
-            print(f"  {method}: {len(pte.coreai_delegates(method))} CoreAIBackend delegate(s); T = {length}, "
-                  f"context {shapes.max_context_len}, {logits}")
+            print(f"  {method}: {len(pte.coreai_delegates(method))} CoreAIBackend delegate(s); "
+                  + (f"T = {length}" if length else f"T bounded, 1 to {shapes.prefill_chunk}")
+                  + f", context {shapes.max_context_len}, {logits}")
     else:
         print(f"  forward: {len(pte.coreai_delegates('forward'))} Core AI delegate; T {shapes.mode} up to "
               f"{shapes.prefill_chunk}, context {shapes.max_context_len}, {logits}")

@@ -28,11 +28,12 @@ from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-
 from coreai_partitioner.llm.errors import UnsupportedConfig
 from coreai_partitioner.llm.check import DecoderReport, Reference
 from coreai_partitioner.llm.decoder import Decoder, reset_state
-from coreai_partitioner.llm.export import SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
+from coreai_partitioner.llm.export import DEVICE_SHAPES, SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
 from coreai_partitioner.llm.families import UnsupportedModel, family_of, supported, tiny_config
 from coreai_partitioner.llm.generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, method_for, prefill, prefill_calls
 
 __all__ = [
+    "DEVICE_SHAPES",
     "SHAPE_MODES",
     "TARGETS",
     "Decoder",

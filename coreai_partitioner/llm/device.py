@@ -15,31 +15,42 @@ things live:
   portable kernels, in place: :func:`executorch_config`), ExecuTorch's
   static-attention convention.  Small states (a recurrent state, a conv
   window) come back whole and ExecuTorch copies them into their buffers.
-  ExecuTorch gives mutable buffers no initial value, so nothing depends on
-  one: a slot is attended only once this sequence wrote it, a recurrent
-  state at position 0 is replaced by zeros (:meth:`~.blocks.Step.carry`),
-  and a sliding ring's slot positions follow from the call's positions.
+* **Nothing depends on memory never written.**  ExecuTorch gives mutable
+  buffers no initial value, and its runtime does not always zero them (a
+  slot may hold NaN).  A call attends only the slots this sequence wrote,
+  and reads every other slot as zero by selection
+  (:func:`~.blocks.written_only`; the SDPA composite's mask is added to the
+  scores, and ``0 * NaN`` is NaN); a recurrent state at position 0 is
+  replaced by zeros (:meth:`~.blocks.Step.carry`), and a sliding ring's slot
+  positions follow from the call's first position
+  (:func:`~.blocks.ring_positions_before`).
 * **Tokens and positions cross as fp32.**  The program casts its int64
   ``tokens`` and ``input_pos`` to fp32 before the delegate (fp32 holds every
   integer below 2**24 exactly; fp16 only up to 2048); the delegate casts the
   tokens back to int32 for the embedding gather, so the embedding (and a tied
   lm_head) stay inside with their one copy of the weights.
-* **Static shapes, two methods over one asset.**  ``forward`` takes one token
-  (what ExecuTorch's ``TextLLMRunner`` calls when ``enable_dynamic_shape`` is
-  false: the prompt token by token, then the decode), ``prefill`` exactly
-  ``prefill_chunk``.  Both delegates name a function of one Core AI asset
-  (``share_asset``), stored once in the ``.pte``.  A prompt is fed in whole
-  chunks, its remainder one token a call (:func:`~.generate.prefill_calls`):
-  no padding, so recurrent layers see only real tokens.
+* **Shapes** (:attr:`~.export.DecoderShapes.device_shapes`).  ``bounded``
+  (default): one method ``forward`` whose ``T`` runs from 1 to
+  ``prefill_chunk``, a bounded-dynamic dimension (the ``.pte`` declares the
+  bound; upstream's runtime passes each input with the shape it has and
+  resizes the outputs to what Core AI returns), and ``enable_dynamic_shape``
+  true, so ExecuTorch's ``TextLLMRunner`` prefills a prompt in calls of
+  ``prefill_chunk`` tokens.  ``static``: ``forward`` takes one token,
+  ``prefill`` exactly ``prefill_chunk``, both functions of one Core AI asset
+  (``share_asset``), stored once; a prompt goes in whole chunks and the rest
+  one token a call (:func:`~.generate.prefill_calls`), and ``TextLLMRunner``
+  feeds it token by token.  No padding either way, so recurrent layers see
+  only real tokens.
 * **Backend id ``CoreAIBackend``.**  The payload is upstream's (inline
   packaging, manifest v2, ``runtime_supported`` true), so the delegates carry
   the id the device runtime registers; this package's host runtime registers
   the same id.
 
-Each decode step copies: the token and position in (8 bytes), the delegate's
-reads of the caches (upstream's runtime borrows input storage, no copy), the
-new K/V rows and small states out of the delegate, and those rows into the
-caches.  :func:`check_delegates` reads the boundary back off the lowered
+What a decode step copies: the token and position in (8 bytes); inside the
+delegate, each layer's cache concatenated with its new rows (a copy of the
+whole cache every call, as ExecuTorch's static-attention Core ML Llama makes);
+the new K/V rows and small states out of the delegate, and those rows into
+the caches.  :func:`check_delegates` reads the boundary back off the lowered
 program and refuses anything else.
 """
 
@@ -57,8 +68,9 @@ from executorch.exir.lowered_backend_module import LoweredBackendModule
 from torch import nn
 
 from coreai_partitioner import _compat
+from coreai_partitioner.backends.apple_coreai.io_compat import default_strides
 from coreai_partitioner.partition.boundaries import outside_delegate, segment
-from coreai_partitioner.llm.blocks import Attention, Step, WindowPlan, window_plan
+from coreai_partitioner.llm.blocks import Attention, Step, WindowPlan, ring_positions_before, window_plan, written_only
 
 logger = logging.getLogger(__name__)
 
@@ -114,21 +126,29 @@ class DeviceStep(Step):
         """Layer ``index``'s ops belong to delegate ``index // layers_per_delegate`` (:func:`~..boundaries.segment`)."""
         return segment(index // self.layers_per_delegate) if self.layers_per_delegate else super().scope(index)
 
+    def _held(self, length: int) -> torch.Tensor:
+        """``[length]`` bool: a full cache's slots this sequence wrote before the call (those before its first position)."""
+
+        def make():
+            slots = torch.arange(length, dtype=self.positions.dtype, device=self.positions.device)
+            return slots < self.positions.min()
+
+        return self.memoized(("held", length), make)
+
     def _old_and_new_mask(self, length: int) -> torch.Tensor:
         """``[1, 1, T, length + T]``: a full cache's slots before the call's first position, then its own causally."""
 
         def make():
-            slots = torch.arange(length, dtype=self.positions.dtype, device=self.positions.device)
-            held = torch.where(slots < self.positions.min(), slots, torch.full_like(slots, -1.0))
-            keys = torch.cat([held, self.positions])
+            held = self._held(length)
             query = self.positions.unsqueeze(-1)
-            return ((keys >= 0.0) & (keys <= query))[None, None]
+            return torch.cat([held.expand(query.shape[0], length), self.positions <= query], dim=-1)[None, None]
 
         return self.memoized(("old_and_new_mask", length), make)
 
     def full_cache(self, key_cache, value_cache, k, v):
-        keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
-        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        held = self._held(key_cache.shape[2])
+        keys = torch.cat([written_only(key_cache, held), k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([written_only(value_cache, held), v.to(value_cache.dtype)], dim=2)
         self._write_rows(key_cache, value_cache, k, v, self.slots)
         return keys, values, self._old_and_new_mask(key_cache.shape[2])
 
@@ -137,17 +157,12 @@ class DeviceStep(Step):
 
         The program keeps no state it would have to ship a value for
         (ExecuTorch gives mutable buffers no initial value): the device form's
-        calls write every position from 0 on, in order, so before a call at
-        ``p`` slot ``s`` holds ``p - 1 - ((p - 1 - s) mod size)`` when that is
-        not negative, and nothing otherwise.
+        calls write every position from 0 on, in order, so the ring's slot
+        positions follow from the call's first position (:func:`~.blocks.ring_positions_before`).
         """
 
         def make():
-            first = self.positions.min()
-            slots = torch.arange(size, dtype=self.positions.dtype, device=self.positions.device)
-            back = first - 1.0 - slots
-            held = first - 1.0 - (back - torch.floor(back / float(size)) * float(size))
-            slot_positions = torch.where(held >= 0.0, held + 1.0, torch.zeros_like(held))
+            slot_positions = ring_positions_before(self.positions.min(), size)
             return window_plan(slot_positions, self.positions, size, self.decoder.context)
 
         return self.memoized(("window", size), make)
@@ -157,8 +172,8 @@ class DeviceStep(Step):
 
     def ring_cache(self, size, key_cache, value_cache, k, v):
         plan = self.window(size)
-        keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
-        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        keys = torch.cat([written_only(key_cache, plan.held), k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([written_only(value_cache, plan.held), v.to(value_cache.dtype)], dim=2)
         with outside_delegate():
             slots = torch.remainder(self.slots, size)
         self._write_rows(key_cache, value_cache, k, v, slots)  # T <= size (check_device): no slot twice
@@ -198,6 +213,11 @@ class UnsupportedDevice(ValueError):
     """A model or shape the device form cannot take; names it and the fix."""
 
 
+def sliding_windows(decoder: nn.Module) -> list[int]:
+    """The sizes of ``decoder``'s sliding windows, smallest first: the device form's longest prefill chunk is the first."""
+    return sorted({m.window for m in decoder.modules() if isinstance(m, Attention) and m.window})
+
+
 def check_device(decoder: nn.Module, prefill_chunk: int, layers_per_delegate: int | None = None) -> None:
     """Refuse, before any export work, what the device form cannot honour.
 
@@ -218,7 +238,7 @@ def check_device(decoder: nn.Module, prefill_chunk: int, layers_per_delegate: in
                 f"{decoder.model_type}: its shared-KV layers attend an earlier layer's keys and mask, which a graph "
                 "break would pass between delegates as a bool tensor; export it without --graph-breaks"
             )
-    windows = sorted({m.window for m in decoder.modules() if isinstance(m, Attention) and m.window})
+    windows = sliding_windows(decoder)
     if windows and prefill_chunk > windows[0]:
         raise UnsupportedDevice(
             f"{decoder.model_type}: the device form writes a prefill chunk's rows into each sliding window's ring "
@@ -247,16 +267,12 @@ def relabel_backend(edge: Any, backend_id: str = DEVICE_BACKEND_ID) -> None:
         _compat.set_backend_id(lowered, backend_id)
 
 
-def _row_major(shape: torch.Size) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
+def check_delegates(edge: Any, bounded: int | None = None) -> None:
+    """Raise unless every delegate call of ``edge`` passes fp16/fp32 tensors in the default dim order, nothing else.
 
-
-def check_delegates(edge: Any) -> None:
-    """Raise unless every delegate call of ``edge`` passes contiguous fp16/fp32 tensors of static shape, nothing else."""
+    A size is static, or (``bounded``, the device form's bounded layout) a symbol whose upper bound is at
+    most ``bounded``: the ``.pte`` declares that bound and plans memory for it.
+    """
     problems = []
     for method in edge.methods:
         for node in edge.exported_program(method).graph.nodes:
@@ -269,9 +285,12 @@ def check_delegates(edge: Any) -> None:
                     problems.append(f"{method}: delegate {kind} {name} is {type(val).__name__}, not a tensor")
                 elif val.dtype not in DEVICE_DTYPES:
                     problems.append(f"{method}: delegate {kind} {name} is {val.dtype}")
-                elif not all(isinstance(size, int) for size in val.shape):
-                    problems.append(f"{method}: delegate {kind} {name} has a symbolic shape {tuple(val.shape)}")
-                elif val.stride() != _row_major(val.shape):
+                elif not all(isinstance(size, int) or _bound(size, bounded) for size in val.shape):
+                    problems.append(
+                        f"{method}: delegate {kind} {name} has a symbolic shape {tuple(val.shape)} "
+                        + (f"not bounded by {bounded}" if bounded else "(the static layout takes static shapes)")
+                    )
+                elif _strides(val) != default_strides(_upper(val.shape)):
                     problems.append(
                         f"{method}: delegate {kind} {name} {tuple(val.shape)} is not in the default dim order "
                         f"(strides {val.stride()})"
@@ -281,3 +300,20 @@ def check_delegates(edge: Any) -> None:
             "the device form's delegates must pass fp16/fp32 tensors of static shape only (upstream's Core AI "
             "runtime refuses anything else):\n  " + "\n  ".join(problems)
         )
+
+
+def _bound(size: Any, bounded: int | None) -> bool:
+    """Whether the symbolic ``size`` has an upper bound of at most ``bounded``."""
+    if bounded is None:
+        return False
+    upper = _compat.upper_bound(size)
+    return upper is not None and upper <= bounded
+
+
+def _upper(shape: torch.Size) -> tuple[int, ...]:
+    return tuple(size if isinstance(size, int) else _compat.upper_bound(size) for size in shape)
+
+
+def _strides(val: torch.Tensor) -> tuple[int, ...]:
+    """``val``'s strides at its upper-bound shape (a symbolic stride is a product of its sizes)."""
+    return tuple(stride if isinstance(stride, int) else _compat.upper_bound(stride) for stride in val.stride())

@@ -34,6 +34,10 @@ SHAPE_MODES = ("dynamic", "enumerated")
 #: upstream's on-device Core AI runtime (:mod:`.device`: static shapes, caches owned by ExecuTorch).
 TARGETS = ("host", "device")
 
+#: How the device form lays out its shapes: one bounded-dynamic ``forward`` (T in 1..chunk), or two static
+#: methods (``forward`` T = 1, ``prefill`` T = chunk).
+DEVICE_SHAPES = ("bounded", "static")
+
 
 @dataclass(frozen=True)
 class DecoderShapes:
@@ -48,25 +52,32 @@ class DecoderShapes:
     is padded in front to the chunk).  Both are the host form's.
 
     ``target="device"`` is the form upstream's on-device runtime runs
-    (:mod:`.device`): its shapes are static whatever ``mode`` says, a method
-    ``forward`` of ``T = 1`` and a method ``prefill`` of ``T = prefill_chunk``;
-    a prompt is fed in whole chunks and the rest one token a call.
+    (:mod:`.device`), laid out by ``device_shapes``: ``"bounded"`` (default)
+    is one method ``forward`` whose ``T`` runs from 1 to ``prefill_chunk``, a
+    bounded-dynamic dimension (ExecuTorch's ``TextLLMRunner`` prefills a
+    prompt in chunks of ``prefill_chunk``); ``"static"`` is a method ``forward``
+    of ``T = 1`` and a method ``prefill`` of ``T = prefill_chunk``, for a
+    runner that wants fixed shapes (a prompt in whole chunks, the rest one
+    token a call).
     """
 
     max_context_len: int = 128
     prefill_chunk: int = 32
     mode: str = "dynamic"
     target: str = "host"
+    device_shapes: str = "bounded"
 
     def __post_init__(self) -> None:
         if self.mode not in SHAPE_MODES:
             raise ValueError(f"shape mode {self.mode!r}: choose one of {', '.join(SHAPE_MODES)}")
         if self.target not in TARGETS:
             raise ValueError(f"target {self.target!r}: choose one of {', '.join(TARGETS)}")
+        if self.device_shapes not in DEVICE_SHAPES:
+            raise ValueError(f"device shapes {self.device_shapes!r}: choose one of {', '.join(DEVICE_SHAPES)}")
         if self.target == "device" and self.mode == "enumerated":
             raise ValueError(
-                "the device form has static shapes of its own (forward T = 1, prefill T = prefill_chunk); "
-                "leave the shape mode at its default"
+                "the device form lays out its own shapes (device_shapes: bounded, forward T = 1..prefill_chunk; or "
+                "static, forward T = 1 and prefill T = prefill_chunk); leave the shape mode at its default"
             )
         if not 1 <= self.prefill_chunk <= self.max_context_len:
             raise ValueError(
@@ -80,9 +91,19 @@ class DecoderShapes:
     def device(self) -> bool:
         return self.target == "device"
 
-    def methods(self) -> dict[str, int]:
-        """The device form's methods and their static ``T``: ``forward`` 1, ``prefill`` the chunk (when above 1)."""
-        methods = {"forward": 1}
+    @property
+    def bounded(self) -> bool:
+        """Whether the device form's ``forward`` takes any ``T`` up to the chunk (else ``T = 1``, beside ``prefill``)."""
+        return self.device and self.device_shapes == "bounded"
+
+    def methods(self) -> dict[str, int | None]:
+        """The device form's methods and their static ``T`` (``None``: bounded, 1 to the chunk).
+
+        Bounded: ``forward`` alone.  Static: ``forward`` 1 and ``prefill`` the chunk (when above 1).
+        """
+        if self.device_shapes == "bounded":
+            return {"forward": None}
+        methods: dict[str, int | None] = {"forward": 1}
         if self.prefill_chunk > 1:
             methods["prefill"] = self.prefill_chunk
         return methods
@@ -144,9 +165,10 @@ def export_decoder(
 ):
     """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
 
-    With ``length`` it is the device form's :class:`~.device.DeviceDecoder`
-    that is exported, for ``T = length`` (static), its boundary annotations kept,
-    a graph break every ``layers_per_delegate`` layers.
+    In the device form (``shapes.target``) it is the :class:`~.device.DeviceDecoder`
+    that is exported, its boundary annotations kept, a graph break every
+    ``layers_per_delegate`` layers.  ``length`` exports ``T = length`` static
+    (the device form's static layout); without it ``T`` runs from 1 to the chunk.
 
     Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
     their no-op ``expand`` calls removed (:func:`~coreai_partitioner.llm.passes.remove_noop_expands`;
@@ -167,13 +189,13 @@ def export_decoder(
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     exported: nn.Module = decoder
-    dynamic_shapes = None
     preserve = contextlib.nullcontext
-    if length is not None:
+    if shapes.device:
         from coreai_partitioner.llm.device import DeviceDecoder
 
         exported, preserve = DeviceDecoder(decoder, layers_per_delegate), _compat.preserve_node_meta
-    else:
+    dynamic_shapes = None
+    if length is None:
         length = min(2, shapes.prefill_chunk)
         if shapes.prefill_chunk > 1:
             tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
@@ -218,8 +240,9 @@ def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
 
     ``get_max_seq_len`` (required by the runner) is the most tokens one call
     takes, ``get_max_context_len`` the cache length.  ``enable_dynamic_shape``
-    makes the runner prefill a prompt in one call; with enumerated shapes it
-    feeds the prompt one token at a time instead (T = 1 is always there).
+    makes the runner prefill a prompt in calls of up to ``get_max_seq_len``
+    tokens; without it (enumerated shapes, the device form's static layout)
+    it feeds the prompt one token at a time (T = 1 is always there).
     """
     config = model.config.get_text_config()
     generation = getattr(model, "generation_config", None)
@@ -233,7 +256,7 @@ def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
         "get_bos_id": bos if bos is not None else 0,
         "get_eos_ids": eos_ids,
         "use_kv_cache": True,
-        "enable_dynamic_shape": shapes.mode == "dynamic" and not shapes.device,
+        "enable_dynamic_shape": shapes.bounded if shapes.device else shapes.mode == "dynamic",
     }
 
 
@@ -265,10 +288,11 @@ def lower_decoder(
     whose ``.to_executorch()`` gives the ``.pte``.
 
     ``target="device"`` (or ``shapes.target``) makes the form upstream's
-    on-device Core AI runtime runs (:mod:`.device`): methods ``forward``
-    (``T = 1``) and ``prefill`` (``T = prefill_chunk``) over one shared
-    asset, caches owned by ExecuTorch, fp16/fp32 tensors only across each
-    delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
+    on-device Core AI runtime runs (:mod:`.device`): ``forward`` with ``T``
+    bounded-dynamic from 1 to ``prefill_chunk`` (``shapes.device_shapes ==
+    "static"``: ``forward`` ``T = 1`` and ``prefill`` ``T = prefill_chunk`` over
+    one shared asset), caches owned by ExecuTorch, fp16/fp32 tensors only
+    across each delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
     makes a delegate of every ``N`` layers, each a function of the one asset.
     """
     from coreai_partitioner import CoreAIPartitioner
@@ -312,7 +336,8 @@ def _lower_device(
     graph_breaks: int | None,
     partitioner_options: dict[str, Any],
 ):
-    """:func:`lower_decoder`'s device form (:mod:`.device`): a static export per method, one shared asset."""
+    """:func:`lower_decoder`'s device form (:mod:`.device`): an export per method (one bounded ``forward``, or
+    static ``forward`` and ``prefill``), functions of one shared asset."""
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
     from coreai_partitioner.llm.device import check_delegates, check_device, executorch_config, relabel_backend
@@ -344,7 +369,7 @@ def _lower_device(
             executorch_config=executorch_config,
         )
     relabel_backend(edge)
-    check_delegates(edge)
+    check_delegates(edge, bounded=shapes.prefill_chunk if shapes.bounded else None)
     return edge
 
 

@@ -19,9 +19,9 @@ def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[
     call is padded in front to the chunk, the padding at positions past the
     context (``max_context_len`` on), which write no cache slot and which no
     real token attends; the call's last position is its last real token, so
-    last-position logits are the prompt's either way.  The device form takes
-    whole chunks (its ``prefill`` method) and the rest one token a call
-    (``forward``): no padding.  ``used`` is the number of real tokens;
+    last-position logits are the prompt's either way.  The device form's static
+    layout takes whole chunks (its ``prefill`` method) and the rest one token a
+    call (``forward``): no padding.  ``used`` is the number of real tokens;
     :func:`method_for` names the method of a call.  Raises if the tokens do not
     fit in the context.
     """
@@ -30,7 +30,7 @@ def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[
             f"{start + len(tokens)} tokens do not fit in the context of {shapes.max_context_len} "
             "(max_context_len, the cache length); export with a longer context or shorten the prompt"
         )
-    if shapes.device:
+    if shapes.device and not shapes.bounded:
         whole = len(tokens) - len(tokens) % shapes.prefill_chunk
         offsets = list(range(0, whole, shapes.prefill_chunk)) + list(range(whole, len(tokens)))
         ends = offsets[1:] + [len(tokens)]
@@ -52,14 +52,16 @@ def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[
 
 
 def method_for(tokens: torch.Tensor, shapes: DecoderShapes) -> str:
-    """The method a call of ``tokens`` [1, T] goes to: the device form's ``prefill`` for a whole chunk, else ``forward``."""
-    return "prefill" if shapes.device and tokens.shape[-1] == shapes.prefill_chunk > 1 else "forward"
+    """The method a call of ``tokens`` [1, T] goes to: the static device layout's ``prefill`` for a whole chunk,
+    else ``forward``."""
+    static = shapes.device and not shapes.bounded
+    return "prefill" if static and tokens.shape[-1] == shapes.prefill_chunk > 1 else "forward"
 
 
 def check_call(tokens: torch.Tensor, shapes: DecoderShapes) -> None:
     """Raise, naming the limit, if ``tokens`` [1, T] is not a length the exported methods take."""
     length = tokens.shape[-1]
-    if shapes.device:
+    if shapes.device and not shapes.bounded:
         if length not in (1, shapes.prefill_chunk):
             raise ValueError(
                 f"the device form takes 1 token (forward) or {shapes.prefill_chunk} (prefill), not {length}: "

@@ -43,7 +43,7 @@ from executorch.exir.verification.verifier import EXIREdgeDialectVerifier
 from torch.export import ExportedProgram
 
 from coreai_partitioner import _compat
-from coreai_partitioner.partition.boundaries import mark_outside
+from coreai_partitioner.partition.boundaries import mark_outside, sizes_from_floats
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
 from coreai_partitioner.lowering.passes import get_default_passes
 
@@ -132,6 +132,7 @@ def lower_whole_programs(
         for transform in get_default_passes():  # the transform passes lower() runs on the edge program
             transform(program.graph_module)
         mark_outside(program.graph)
+        sizes_from_floats(program.graph)
         logger.info("%s: decomposed and narrowed for Core AI in %.1f s", method, time.perf_counter() - started)
         partitioner.transform_for_pre_decomposition(program)  # the call to_edge_transform_and_lower makes
         programs[method] = program

@@ -49,6 +49,49 @@ def mark_outside(graph: torch.fx.Graph) -> int:
     return marked
 
 
+def sizes_from_floats(graph: torch.fx.Graph) -> int:
+    """Read each symbolic size off a floating tensor where the graph has one of the same shape; returns how many moved.
+
+    ``torch.export`` reads a dynamic dimension off the input it came from: an
+    LLM's int64 ``tokens``.  Where the model casts that input to a floating
+    dtype (the device form's fp32 tokens), a ``sym_size`` of the cast is the
+    same size, and a delegate that needs the size then takes the floating
+    tensor instead of the integer one (upstream's device runtime takes only
+    fp16/fp32 tensors).
+    """
+    order = {node: index for index, node in enumerate(graph.nodes)}
+    moved = 0
+    for node in list(graph.nodes):
+        if _compat.aten_op(node.target) is not torch.ops.aten.sym_size.int or _is_floating(node.args[0]):
+            continue
+        cast = _floating_cast(node.args[0])
+        if cast is None or any(order[user] <= order[cast] for user in node.users):
+            continue  # no cast, or a reader of the size comes before it
+        node.replace_input_with(node.args[0], cast)
+        cast.append(node)
+        moved += 1
+    return moved
+
+
+def _is_floating(node: torch.fx.Node) -> bool:
+    value = node.meta.get("val")
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _floating_cast(node: torch.fx.Node) -> torch.fx.Node | None:
+    """A user of ``node`` that is only ``node`` cast to a floating dtype (the same shape), else None; the cast of
+    a cast (int64 narrowed to int32, then to fp32) counts."""
+    for user in node.users:
+        if _compat.aten_op(user.target) is not torch.ops.aten._to_copy.default or set(user.kwargs) - {"dtype"}:
+            continue
+        if _is_floating(user):
+            return user
+        found = _floating_cast(user)
+        if found is not None:
+            return found
+    return None
+
+
 def _custom(node: torch.fx.Node) -> dict:
     return node.meta.get("custom") or {}
 

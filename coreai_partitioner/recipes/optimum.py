@@ -24,14 +24,16 @@ returns the last position's logits, which optimum's ``generate`` reads
 one call takes a prompt that long (optimum prefills in one call when the
 method's second input takes more than one position).  ``coreai_device``
 exports the device form (:mod:`coreai_partitioner.llm.device`), which
-upstream's on-device runtime loads: its ``forward`` takes one token, so
-optimum feeds the prompt token by token, and a ``prefill`` method of
-:data:`DEVICE_PREFILL_CHUNK` tokens rides along.  Needs the transformers
-optimum-executorch pins (5.0.0rc1).
+upstream's on-device runtime loads: its ``forward`` takes a bounded number
+of tokens, the whole context, or a model's smallest sliding window where it
+has one (the device form writes a call's rows into a ring at once), so
+optimum and ExecuTorch's runner prefill a prompt in one call or in chunks of
+that window.  Needs the transformers optimum-executorch pins (5.0.0rc1).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any
@@ -52,10 +54,6 @@ RECIPES = {
     "coreai_device_palettize4": (None, "palettize4", "device"),
 }
 
-#: The device form's ``prefill`` chunk (at most the context, and at most a sliding window: see llm.device).
-DEVICE_PREFILL_CHUNK = 32
-
-
 def export(
     model: Any, *, dtype: str | None = None, quantize: str | None = None, target: str = "host", **kwargs: Any
 ) -> dict[str, Any]:
@@ -75,11 +73,15 @@ def export(
     context = int(metadata.get("get_max_seq_len") or (vision_model and hf_model.generation_config.max_length) or 2048)
     if vision_model:
         context = min(context, hf_model.config.get_text_config().max_position_embeddings)
-    chunk = context if target == "host" else min(context, DEVICE_PREFILL_CHUNK)
-    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=chunk, target=target)
+    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=context, target=target)
     if vision_model:
         return {"model": _export_vision(hf_model, shapes, quantize, metadata).to_executorch()}
-    lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize)
+    decoder = llm.adapt(hf_model, shapes)
+    if target == "device":
+        from coreai_partitioner.llm.device import sliding_windows
+
+        shapes = dataclasses.replace(shapes, prefill_chunk=min([context, *sliding_windows(decoder)]))
+    lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize, decoder=decoder)
     return {"model": lowered.to_executorch()}
 
 
@@ -95,6 +97,7 @@ def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: d
 
     if shapes.device:
         raise ValueError("the vision-language device form is not built yet; use the coreai recipe")
+
     def constant(value: Any) -> bool:  # what a constant method returns; optimum copies the processor's dicts in too
         values = value if isinstance(value, list) else [value]
         return bool(values) and all(isinstance(v, (bool, int, float, str)) for v in values)

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from ..io_compat import default_strides
 from ..manifest import MAIN_ENTRYPOINT, bundle_digest, bundle_files, file_chunks
 
 from .loaded_asset import LoadedAsset
@@ -316,7 +317,7 @@ class _Delegate:
                 continue
             flat = np.frombuffer((ctypes.c_char * tensor.nbytes).from_address(tensor.data), dtype=dtype)
             strides = tuple(tensor.strides[: tensor.rank])
-            if strides == _contiguous_strides(shape):
+            if strides == default_strides(shape):
                 views[name] = flat.reshape(shape)
             else:  # the input follows a non-default dim order
                 step = dtype.itemsize
@@ -549,14 +550,6 @@ def _address(array: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     except (TypeError, ValueError):  # read-only or empty
         return array.ctypes.data
-
-
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(size, 1)
-    return tuple(reversed(strides))
 
 
 def _release(delegate_id: int) -> None:

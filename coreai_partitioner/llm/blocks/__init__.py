@@ -25,7 +25,16 @@ grows no option for one family.
 from coreai_partitioner.llm.blocks.attention import Attention, AttentionShape
 from coreai_partitioner.llm.blocks.block import Block
 from coreai_partitioner.llm.blocks.encoder import MLP, EncoderAttention, EncoderLayer
-from coreai_partitioner.llm.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan, written_only
+from coreai_partitioner.llm.blocks.cache import (
+    WindowPlan,
+    ring_positions_before,
+    ring_slot,
+    ring_write,
+    window_plan,
+    write_at,
+    write_plan,
+    written_only,
+)
 from coreai_partitioner.llm.blocks.mlp import ACTIVATIONS, GatedMLP, activation
 from coreai_partitioner.llm.blocks.moe import MoE
 from coreai_partitioner.llm.blocks.norm import Norm, norm, norm_eps
@@ -53,6 +62,8 @@ __all__ = [
     "causal_conv",
     "norm",
     "norm_eps",
+    "ring_positions_before",
+    "ring_slot",
     "ring_write",
     "window_plan",
     "write_at",

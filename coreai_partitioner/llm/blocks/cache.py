@@ -23,6 +23,7 @@ class WindowPlan:
     one_hot: torch.Tensor  # [T, window]: token t goes to slot s
     kept: torch.Tensor  # [window, 1]: 1 where a slot keeps its content
     positions: torch.Tensor  # [window]: the ring's slot positions (plus one) after the call
+    held: torch.Tensor  # [window] bool: the slots holding a position of this sequence before the call
 
 
 def written_only(cache: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
@@ -74,6 +75,24 @@ def write_at(cache: torch.Tensor, states: torch.Tensor, plan: tuple[torch.Tensor
     return cache * kept + written
 
 
+def ring_slot(position: torch.Tensor, size: int) -> torch.Tensor:
+    """The slot of a ring of ``size`` slots that position ``position`` (float) goes to: ``p % size``, computed in
+    float (exact for any position below 2**24; a float ``remainder`` is not a Core AI op)."""
+    return position - torch.floor(position / float(size)) * float(size)
+
+
+def ring_positions_before(first: torch.Tensor, size: int) -> torch.Tensor:
+    """The positions (plus one; 0 for an empty slot) a ring of ``size`` slots holds before a call at ``first``,
+    when every position before it was written in order, each in its :func:`ring_slot`.
+
+    Slot ``s`` then holds ``first - 1 - ((first - 1 - s) mod size)`` when that is not negative: the state a
+    host ring keeps (:func:`window_plan`'s ``positions``), derived instead of stored.
+    """
+    slots = torch.arange(size, dtype=first.dtype, device=first.device)
+    held = first - 1.0 - ring_slot(first - 1.0 - slots, size)
+    return torch.where(held >= 0.0, held + 1.0, torch.zeros_like(held))
+
+
 def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int, context: int) -> WindowPlan:
     """A ring of ``size`` slots holding the last ``size`` positions before this call, and this call's ``position``.
 
@@ -94,12 +113,11 @@ def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int,
     real = position < float(context)
     last = torch.where(real, position, torch.full_like(position, -1.0)).max()
     written = real & (position > last - float(size))
-    slot = position - torch.floor(position / float(size)) * float(size)
     slots = torch.arange(size, dtype=position.dtype, device=position.device)
-    one_hot = ((slot.unsqueeze(-1) == slots) & written.unsqueeze(-1)).to(position.dtype)  # [T, size]
+    one_hot = ((ring_slot(position, size).unsqueeze(-1) == slots) & written.unsqueeze(-1)).to(position.dtype)  # [T, size]
     kept = 1.0 - one_hot.sum(0)
     updated = slot_positions * kept + (one_hot * (position + 1.0).unsqueeze(-1)).sum(0)
-    return WindowPlan(mask[None, None], one_hot, kept.unsqueeze(-1), updated)
+    return WindowPlan(mask[None, None], one_hot, kept.unsqueeze(-1), updated, ring >= 0.0)
 
 
 def ring_write(cache: torch.Tensor, states: torch.Tensor, plan: WindowPlan) -> torch.Tensor:

@@ -29,7 +29,7 @@ def causal_conv(conv: nn.Conv1d, state: torch.Tensor, x: torch.Tensor, step) -> 
     never reads).
     """
     window = torch.cat([step.carry(state), x.to(state.dtype)], dim=-1)
-    state.copy_(window.narrow(-1, window.shape[-1] - state.shape[-1], state.shape[-1]))
+    state.copy_(window[..., -state.shape[-1] :])  # a start from the end: static whatever T is
     return nn.functional.conv1d(window.to(x.dtype), conv.weight, conv.bias, groups=conv.groups)
 
 

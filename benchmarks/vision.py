@@ -1,6 +1,6 @@
 """Vision-language export at a real model's shape: export time per phase, peak RSS, .pte size, vision-encoder and prefill time.
 
-    python benchmarks/vision.py                          # every row; writes benchmarks/results/vision.txt
+    python benchmarks/vision.py                          # every row; writes benchmarks/results/vision_<row>.txt
     python benchmarks/vision.py --rows smolvlm-256m
 
 Rows are real VLMs' shapes with random weights (seed 0; nothing is
@@ -230,22 +230,22 @@ def main() -> None:
             result = measure(args.one, Path(directory) / "model.pte")
         print(json.dumps(result))
         return
-    rows = []
+    args.results.mkdir(parents=True, exist_ok=True)
     for name in args.rows:
         done = subprocess.run(
             [sys.executable, __file__, "--one", name], capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"}
         )
         if done.returncode != 0:
             raise SystemExit(f"{name} failed:\n{done.stderr[-5000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(table(rows[-1:]), flush=True)
-    args.results.mkdir(parents=True, exist_ok=True)
-    text = table(rows)
-    (args.results / "vision.txt").write_text(
-        f"python benchmarks/vision.py --rows {' '.join(args.rows)}\n"
-        f"(fp32, random weights; 2 shared cores; runtime times are the median of each row's timed runs)\n\n{text}\n"
-    )
-    print(f"\nwrote {args.results / 'vision.txt'}")
+        text = table([json.loads(done.stdout.strip().splitlines()[-1])])
+        print(text, flush=True)
+        runs = ROWS[name][3]
+        path = args.results / f"vision_{name}.txt"
+        path.write_text(
+            f"python benchmarks/vision.py --rows {name}\n(fp32, random weights; 2 shared cores; runtime times are "
+            f"the median of {runs} run{'s' if runs > 1 else ''})\n\n{text}\n"
+        )
+        print(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

@@ -23,12 +23,15 @@ pytest.importorskip("transformers")
 
 from llm_helpers import TIES  # noqa: E402
 
-from coreai_partitioner import llm, save_pte, vision  # noqa: E402
+from coreai_partitioner import llm, save_pte, verify, vision  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_partitioner.vision import check, run  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=16)
+#: The device form: text_decoder's S (and token_embedding's n) bounded-dynamic up to 16, within Gemma 3's window.
+DEVICE = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device")
+FORMS = {"host": SHAPES, "device": DEVICE}
 NEW_TOKENS = 8
 #: Where each family's processor takes the image in the prompt.
 PLACEHOLDER = {"gemma3": "<start_of_image>", "idefics3": "<image>", "llava": "<image>"}
@@ -88,16 +91,16 @@ def assert_hf_tokens(got: list[int], wanted: list[int], margins: list[float], dt
 
 
 class Exported:
-    """A family's tiny model, its processor's prompt, and its host-form ``.pte`` with the tokenizer beside it."""
+    """A family's tiny model, its processor's prompt, and its ``.pte`` in one form with the tokenizer beside it."""
 
-    def __init__(self, model_type: str, directory) -> None:
-        self.model_type = model_type
+    def __init__(self, model_type: str, form: str, directory) -> None:
+        self.model_type, self.form, self.shapes = model_type, form, FORMS[form]
         self.model = tiny_vlm(model_type)
         self.processor = vision.family_of(self.model.config).tiny_processor(self.model.config)
         self.processed = prompt(model_type, self.processor)
-        self.vlm = vision.adapt(self.model, SHAPES)
+        self.vlm = vision.adapt(self.model, self.shapes)
         self.segments = run.runner_inputs(self.processed, self.vlm.image_token_id, self.vlm.image_tokens)
-        self.path = save_pte(vision.lower_vlm(self.model, SHAPES, vlm=self.vlm), directory / "model.pte")
+        self.path = save_pte(vision.lower_vlm(self.model, self.shapes, vlm=self.vlm), directory / "model.pte")
         self.tokenizer = directory / "tokenizer.json"
         self.processor.tokenizer.backend_tokenizer.save(str(self.tokenizer))
 
@@ -111,9 +114,10 @@ class Exported:
         return [vocab[piece] for piece in run.generate(self.path, self.tokenizer, self.segments, NEW_TOKENS)]
 
 
-@pytest.fixture(scope="module", params=sorted(PLACEHOLDER))
+@pytest.fixture(scope="module", params=[(m, f) for m in sorted(PLACEHOLDER) for f in FORMS], ids="-".join)
 def exported(request, tmp_path_factory):
-    return Exported(request.param, tmp_path_factory.mktemp(request.param))
+    model_type, form = request.param
+    return Exported(model_type, form, tmp_path_factory.mktemp(f"{model_type}-{form}"))
 
 
 # ---------------------------------------------------------------- eager, no export
@@ -221,11 +225,44 @@ def test_the_ptes_methods_are_the_runners_each_a_function_of_one_asset_storing_t
 
 
 @pytest.mark.slow
+def test_the_device_pte_keeps_the_stock_runtimes_contract_read_off_the_pte(exported):
+    """Every delegate: CoreAIBackend, inline, its own function of the one asset, upstream's manifest rules, no state,
+    fp16/fp32 tensors in the default dim order, the sequence dimension bounded by the chunk and nothing else dynamic."""
+    from upstream_manifest import check_named_data, parse_manifest
+
+    if exported.form != "device":
+        pytest.skip("the device form's contract")
+    pte = read_pte(exported.path)
+    chunk, width = DEVICE.prefill_chunk, exported.vlm.width
+    bounded = {
+        "vision_encoder": set(),
+        "token_embedding": {(1, chunk), (1, chunk, width)},
+        "text_decoder": {(1, chunk, width), (chunk,)},  # embeddings and positions in, the caches' new rows out
+    }
+    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
+    for delegate in pte.delegates:
+        manifest = parse_manifest(delegate.payload)  # every rule of upstream's parse_manifest
+        check_named_data(manifest, delegate.files)
+        assert manifest["packaging"] == "inline" and manifest["function"] == delegate.method
+        assert manifest.get("runtime_supported", True) is True and "initial_state" not in manifest
+        (call,) = [c for c in pte.plans[delegate.method].delegate_calls if c.delegate_index == delegate.index]
+        arguments = pte.plans[delegate.method].arguments(call)
+        assert len(arguments) == len(manifest["input_names"]) + len(manifest["output_names"])  # nothing as state
+        for argument in arguments:
+            assert argument.kind == "Tensor" and argument.dtype in ("HALF", "FLOAT"), argument
+            assert argument.dim_order == tuple(range(len(argument.sizes))), argument
+        dynamic = {a.sizes for a in arguments if a.dynamism == "DYNAMIC_BOUND"}
+        assert bounded[delegate.method] <= dynamic and all(chunk in sizes for sizes in dynamic), (delegate.method, dynamic)
+    metadata = {name: verify.run(exported.path, method=name)[0] for name in ("get_max_seq_len", "enable_dynamic_shape")}
+    assert metadata == {"get_max_seq_len": chunk, "enable_dynamic_shape": True}
+
+
+@pytest.mark.slow
 def test_the_asset_invokes_the_towers_and_the_decoders_composites(exported):
     (delegate, *_) = read_pte(exported.path).coreai_delegates()
     with tempfile.TemporaryDirectory() as directory:
         summary = summarize_ir(asset_ir(delegate.asset_path(directory)))
-    assert summary.composites() == Counter(COMPOSITES[exported.model_type])
+    assert summary.composites() == Counter(COMPOSITES[exported.model_type])  # each function's, once
     attention = [g for g in summary.graphs if g.composite == "scaled_dot_product_attention"]
     tower = [g for g in attention if g.name.startswith("vision_encoder__")]
     assert tower and all("is_causal = false" in g.composite_attrs for g in tower)
@@ -276,9 +313,11 @@ def test_the_command_routes_a_vision_checkpoint_to_the_vision_exporter_and_dry_r
 
 
 @pytest.mark.slow
-def test_the_command_exports_verifies_and_writes_what_a_caller_needs_beside_the_pte(tmp_path):
+def test_the_command_exports_the_device_form_quantized_verifies_it_and_writes_what_a_caller_needs_beside_it(tmp_path):
     out = tmp_path / "idefics3" / "model.pte"
-    status, printed, err = export_command("--config", "idefics3", "--quantize", "palettize4", "--verify", "--out", str(out))
+    status, printed, err = export_command(
+        "--config", "idefics3", "--target", "device", "--quantize", "palettize4", "--verify", "--out", str(out)
+    )
     assert status == 0, err[-3000:]
     assert "thresholds of fp32 + palettize4" in printed and "3 Core AI delegate(s), 1 asset" in printed
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.pte", "preprocessor_config.json", "tokenizer.json"]
@@ -286,15 +325,17 @@ def test_the_command_exports_verifies_and_writes_what_a_caller_needs_beside_the_
     assert preprocessor["max_image_size"] == {"longest_edge": 32} and len(preprocessor["image_mean"]) == 3
     pte = read_pte(out)
     assert set(vision.METHODS) <= set(pte.methods) and len({d.manifest["hash"] for d in pte.coreai_delegates()}) == 1
+    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
 
 
 def test_a_scheme_applies_to_the_tower_where_its_shapes_fit_and_says_where_they_do_not():
     from coreai_partitioner.vision.export import tower_kept_float
 
     vlm = vision.adapt(tiny_vlm("llava"), SHAPES)
-    with pytest.warns(UserWarning, match=r"llava: the int4 scheme cannot store 1 layer\(s\) of the vision tower and projector, kept float: model.tower.embeddings.conv"):
-        assert tower_kept_float(vlm, "int4") == ["model.tower.embeddings.conv"]  # a patch convolution over 3 channels
-    assert tower_kept_float(vlm, "int8") == []
+    table = "tower.embeddings.position_embedding"  # added whole to the patches, not looked up: float under every scheme
+    with pytest.warns(UserWarning, match=r"llava: the int4 scheme cannot store 1 layer\(s\) of the vision tower and projector, kept float: tower.embeddings.conv"):
+        assert tower_kept_float(vlm, "int4") == ["tower.embeddings.conv", table]  # a patch convolution over 3 channels
+    assert tower_kept_float(vlm, "int8") == [table]
 
 
 def test_the_vision_command_prints_its_help(capsys):

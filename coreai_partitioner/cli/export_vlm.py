@@ -69,7 +69,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--target", choices=TARGETS, default="host",
-        help="host: this package's runtime (caches as delegate state); device: upstream's on-device Core AI runtime",
+        help="host: this package's runtime (caches as delegate state); device: upstream's on-device Core AI runtime "
+        "(CoreAIBackend, fp16/fp32 tensors only, S bounded-dynamic up to --max-seq-len, caches owned by ExecuTorch)",
     )
     parser.add_argument(
         "--quantize", choices=tuple(SCHEMES),
@@ -133,13 +134,16 @@ class Plan:
 
 def run(args: argparse.Namespace) -> None:
     from coreai_partitioner.llm import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
+    from coreai_partitioner.llm.device import UnsupportedDevice
+    from coreai_partitioner.quantize import QuantizationError
     from coreai_partitioner.llm.tokenizer import TokenizerError
     from coreai_partitioner.verify import fidelity
     from coreai_partitioner.vision import ImageTokensOverBound, UnsupportedImage, UnsupportedVisionConfig, UnsupportedVisionModel
 
     refused = (
         UnsupportedVisionModel, UnsupportedVisionConfig, UnsupportedImage, ImageTokensOverBound, UnsupportedModel,
-        UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision,
+        UnsupportedConfig, UnsupportedShapes, UnsupportedDevice, QuantizationError, TokenizerError,
+        fidelity.UnknownPrecision,
     )
     try:
         plan = settle(args)
@@ -173,8 +177,9 @@ def settle(args: argparse.Namespace) -> Plan:
     limit = getattr(config.get_text_config(), "max_position_embeddings", None) or 1024
     context = args.max_context_len or min(1024, limit)
     chunk = args.max_seq_len or min(max(128, tokens), context)
-    if args.target == "device":
-        raise CommandError("--target device: the vision-language device form is not built yet; export with --target host")
+    window = smallest_window(config.get_text_config())
+    if args.target == "device" and args.max_seq_len is None and window is not None:
+        chunk = min(chunk, window)  # the device form writes a call's rows into a sliding ring at once
     try:
         shapes = DecoderShapes(context, chunk, "dynamic", args.target)
     except ValueError as error:
@@ -186,6 +191,13 @@ def settle(args: argparse.Namespace) -> Plan:
     processor = load_processor(args, config, family) if (args.verify or args.generate is not None) else None
     pixels = load_pixels(args, config) if args.image is not None else None
     return Plan(args, shapes, config, family, choose_tokenizer(args), processor, pixels, threshold)
+
+
+def smallest_window(text_config) -> int | None:
+    """The smallest sliding window of a text config's layers, or None."""
+    window = getattr(text_config, "sliding_window", None)
+    types = getattr(text_config, "layer_types", None) or []
+    return window if isinstance(window, int) and "sliding_attention" in types else None
 
 
 def model_config(args: argparse.Namespace):

@@ -95,9 +95,6 @@ def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: d
     """
     from coreai_partitioner import vision
 
-    if shapes.device:
-        raise ValueError("the vision-language device form is not built yet; use the coreai recipe")
-
     def constant(value: Any) -> bool:  # what a constant method returns; optimum copies the processor's dicts in too
         values = value if isinstance(value, list) else [value]
         return bool(values) and all(isinstance(v, (bool, int, float, str)) for v in values)

@@ -16,6 +16,7 @@ call) and its caches are the delegate's Core AI state, as the llm host form's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from typing import Any
@@ -39,13 +40,19 @@ def check_config(config: Any, shapes: DecoderShapes) -> Any:
     """Refuse, from the config alone and before any weights are loaded, what this path cannot export; the family.
 
     A config without a vision half, a type no family adapts, a config value
-    the family cannot honour, and an image of more tokens than one
+    the family cannot honour, the device form's static layout, and an image of more tokens than one
     ``text_decoder`` call takes (the runner never splits a segment) or than
     the context holds.
     """
+    from coreai_partitioner.llm import UnsupportedShapes
     from coreai_partitioner.llm import family_of as text_family_of
 
     family = family_of(config)
+    if shapes.device and not shapes.bounded:
+        raise UnsupportedShapes(
+            f"{config.model_type}: MultimodalRunner calls text_decoder with each segment's own length, which the "
+            "device form's static layout cannot take; use its bounded layout (device_shapes='bounded', the default)"
+        )
     family.check(config, shapes)
     text_family_of(config.get_text_config().model_type)
     tokens = family.image_tokens(config)
@@ -82,7 +89,7 @@ class Method(nn.Module):
     stores it once.
     """
 
-    def __init__(self, model: VisionLanguage, method: str) -> None:
+    def __init__(self, model: nn.Module, method: str) -> None:
         super().__init__()
         self.model = model
         self.method = method
@@ -120,6 +127,8 @@ def export_methods(
 ) -> dict[str, tuple]:
     """``{method: (exported_program, records)}``: each method exported with its composites externalized.
 
+    In the device form (``shapes.target``) the methods are
+    :class:`~.device.DeviceVisionLanguage`'s, their boundary annotations kept.
     ``quantize`` (a scheme of :data:`coreai_partitioner.quantize.SCHEMES`)
     stores the weights outside the composites compressed: every weight of the
     text decoder (refused, before any work, if one does not fit the scheme),
@@ -134,6 +143,12 @@ def export_methods(
     from coreai_partitioner.quantize import uses_coreai_opt
 
     kept = tower_kept_float(vlm, quantize) if quantize else []
+    methods: nn.Module = vlm
+    preserve = contextlib.nullcontext
+    if shapes.device:
+        from coreai_partitioner.vision.device import DeviceVisionLanguage
+
+        methods, preserve = DeviceVisionLanguage(vlm), _compat.preserve_node_meta
     if quantize and uses_coreai_opt(quantize):
         decompositions_at_export = None  # coreai-opt finds Linear layers by aten.linear, before decomposition
     else:
@@ -144,7 +159,7 @@ def export_methods(
     for method, (sample, _) in inputs.items():
 
         def export_fn(module: nn.Module, sample=sample, method=method) -> torch.export.ExportedProgram:
-            with torch.no_grad():
+            with torch.no_grad(), preserve():
                 if decompositions_at_export is not None:
                     return _compat.export_decomposed(module, sample, dims[method], decompositions_at_export)
                 return torch.export.export(module, sample, dynamic_shapes=dims[method])
@@ -152,10 +167,12 @@ def export_methods(
         with warnings.catch_warnings():
             # Each method calls some of the model's composites: the others have no call site in its program, by design.
             warnings.filterwarnings("ignore", message="No call sites found for externalized submodule")
-            program, records = externalize_modules(Method(vlm, method), default_specs(), export_fn=export_fn)
+            program, records = externalize_modules(Method(methods, method), default_specs(), export_fn=export_fn)
         if quantize:
+            prefix = "model." if methods is vlm else "model.model."  # the program names weights from Method's root
             program = quantize_program(
-                program, quantize, records=records, dynamic_shapes=dims[method], keep_float=kept,
+                program, quantize, records=records, dynamic_shapes=dims[method],
+                keep_float=[prefix + path for path in kept],
                 decompositions=decompositions,
             )
         for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
@@ -175,26 +192,30 @@ def tower_kept_float(vlm: VisionLanguage, scheme: Any) -> list[str]:
     here, before any export work, naming it and the ways out
     (:func:`coreai_partitioner.quantize.check_model`).  A tower's shapes are
     its own (a patch convolution over 3 channels, a width no int4 block
-    divides), so there the scheme applies where it fits.
+    divides), so there the scheme applies where it fits.  The position
+    embeddings, added whole to the patches rather than looked up, stay float
+    (SigLIP's at 896x896: 4096 x 1152, 0.5% of Gemma 3 4B's tower).
     """
     from coreai_partitioner.quantize import QuantizationError, check_model
 
     check_model(vlm.decoder, scheme)
+    embeddings = getattr(vlm.tower, "embeddings", None)
+    table = embeddings.position_embedding if embeddings is not None and embeddings.position_ids is None else None
     kept = []
     for part in ("tower", "projector"):
         for path, module in getattr(vlm, part).named_modules():
-            if isinstance(module, _STORED):
+            if isinstance(module, _STORED) and module is not table:
                 try:
                     check_model(module, scheme)
                 except QuantizationError as error:
-                    kept.append((f"model.{part}.{path}", str(error).split(": ", 1)[-1].split(". Either", 1)[0]))
+                    kept.append((f"{part}.{path}", str(error).split(": ", 1)[-1].split(". Either", 1)[0]))
     if kept:
         warnings.warn(
             f"{vlm.model_type}: the {scheme} scheme cannot store {len(kept)} layer(s) of the vision tower and projector, "
             "kept float: " + "; ".join(f"{path} ({why})" for path, why in kept),
             stacklevel=3,
         )
-    return [path for path, _ in kept]
+    return [path for path, _ in kept] + (["tower.embeddings.position_embedding"] if table is not None else [])
 
 
 def runner_metadata(model: nn.Module, vlm: VisionLanguage, shapes: DecoderShapes) -> dict[str, Any]:
@@ -236,17 +257,31 @@ def lower_vlm(
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
 
-    if shapes.device:
-        raise NotImplementedError("the vision-language device form is not built yet; export with target='host'")
     vlm = vlm if vlm is not None else adapt(model, shapes)
+    executorch_config = None
+    if shapes.device:
+        from coreai_partitioner.llm.device import check_device, executorch_config
+
+        check_device(vlm.decoder, shapes.prefill_chunk)
+        refused = {"take_over_mutable_buffer", "share_asset", "uses_sidecar", "input_enumerations"} & set(partitioner_options)
+        if refused:
+            raise ValueError(f"the device form sets {', '.join(sorted(refused))} itself; leave them out")
+        partitioner_options = {**partitioner_options, "take_over_mutable_buffer": False}
     methods = {}
     exported = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
     for method, (program, records) in exported.items():
         partitioner = CoreAIPartitioner(externalized_modules=records, share_asset=True, **partitioner_options)
         methods[method] = (program, partitioner)
     with torch.no_grad():
-        return lower_whole_programs(
+        edge = lower_whole_programs(
             methods,
             constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
             compile_config=_compat.unverified_compile_config(),
+            executorch_config=executorch_config,
         )
+    if shapes.device:
+        from coreai_partitioner.llm.device import check_delegates, relabel_backend
+
+        relabel_backend(edge)
+        check_delegates(edge, bounded=shapes.prefill_chunk)
+    return edge

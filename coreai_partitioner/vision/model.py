@@ -105,12 +105,23 @@ class VisionLanguage(nn.Module):
         return torch.cat([embeddings, flag], dim=-1)
 
     def decoder_input(self, embeddings: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, Step]:
-        """The decoder's hidden state and the call's :class:`~coreai_partitioner.llm.blocks.Step`: the flag
-        channel, where there is one, taken off and handed to the step as which tokens are an image's."""
+        """The decoder's hidden state and the call's :class:`~coreai_partitioner.llm.blocks.Step`."""
+        hidden, image = self.split_flag(embeddings)
+        return hidden, self.step(positions, image)
+
+    def split_flag(self, embeddings: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The decoder's hidden state, and which tokens are an image's (``[S]`` bool) where the family flags them."""
         if not self.flagged:
-            return embeddings, self.step(positions, None)
-        return embeddings[..., :-1], self.step(positions, embeddings[0, :, -1] > 0.5)
+            return embeddings, None
+        return embeddings[..., :-1], embeddings[0, :, -1] > 0.5
 
     def step(self, positions: torch.Tensor, image: torch.Tensor | None) -> Step:
-        """The call's step; ``image`` ([S] bool, flagged families) says which of its tokens are an image's."""
+        """The host form's step (caches the delegate's state); ``image`` says which tokens are an image's."""
         return Step(self.decoder, positions)
+
+    def device_step(self, positions: torch.Tensor, slots: torch.Tensor, image: torch.Tensor | None) -> Step:
+        """The device form's step (:class:`~coreai_partitioner.llm.device.DeviceStep`: caches the program's, written
+        by row at ``slots``, the int64 positions; ``positions`` are their fp32 copy)."""
+        from coreai_partitioner.llm.device import DeviceStep
+
+        return DeviceStep(self.decoder, positions, slots)

@@ -43,7 +43,9 @@ class PatchEmbeddings(nn.Module):
     """``conv(pixels)`` as ``[1, patches, width]`` plus the position embeddings at fixed ``position_ids``.
 
     ``class_embedding`` (CLIP) is a token put before the patches; the
-    position ids then cover it too.
+    position ids then cover it too.  Ids in table order (SigLIP, CLIP, and
+    Idefics3 at its full grid, as HF computes them) add the table itself: no
+    integer ids reach the graph (the device form passes none to a delegate).
     """
 
     def __init__(
@@ -56,14 +58,21 @@ class PatchEmbeddings(nn.Module):
         super().__init__()
         self.conv = conv
         self.position_embedding = position_embedding
-        self.register_buffer("position_ids", position_ids.to(torch.long), persistent=False)
+        in_order = torch.equal(position_ids, torch.arange(position_embedding.num_embeddings))
+        self.register_buffer("position_ids", None if in_order else position_ids.to(torch.long), persistent=False)
         self.class_embedding = class_embedding
+
+    def positions(self) -> torch.Tensor:
+        """``[patches, width]``: each patch's position embedding."""
+        if self.position_ids is None:
+            return self.position_embedding.weight
+        return self.position_embedding(self.position_ids)
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         patches = self.conv(pixels.to(self.conv.weight.dtype)).flatten(2).transpose(1, 2)
         if self.class_embedding is not None:
             patches = torch.cat([self.class_embedding.view(1, 1, -1).to(patches.dtype), patches], dim=1)
-        return patches + self.position_embedding(self.position_ids).unsqueeze(0)
+        return patches + self.positions().unsqueeze(0)
 
 
 def encoder_layer(layer: nn.Module, act: str, path: str) -> EncoderLayer:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.llm.blocks import Norm, Step, norm_eps
+from coreai_partitioner.llm.device import DeviceStep
 from coreai_partitioner.vision.families import _tiny
 from coreai_partitioner.vision.model import TextModel, VisionLanguage
 from coreai_partitioner.vision.tower import tower
@@ -54,16 +55,29 @@ class ImageBlocks:
         """``[T, T]``: query ``t`` is an image token and key ``u > t`` one too."""
 
         def make():
-            order = torch.arange(self.image.shape[0], device=self.image.device)
+            order = torch.arange(self.image.shape[0], dtype=torch.float32, device=self.image.device)  # no int64 op
             return self.image.unsqueeze(-1) & self.image.unsqueeze(0) & (order.unsqueeze(0) > order.unsqueeze(-1))
 
         return self.memoized("later_images", make)
 
-    def with_own(self, mask: torch.Tensor) -> torch.Tensor:
-        """``mask`` [1, 1, T, keys] whose last ``T`` keys are the call's own tokens, with :meth:`later_images` added."""
-        own = self.later_images()
-        earlier = torch.zeros(own.shape[0], mask.shape[-1] - own.shape[1], dtype=torch.bool, device=own.device)
-        return mask | torch.cat([earlier, own], dim=-1)[None, None]
+    def ring_cache(self, size, key_cache, value_cache, k, v):
+        keys, values, mask = super().ring_cache(size, key_cache, value_cache, k, v)  # the ring's keys, then the call's
+        return keys, values, self.with_own(mask, size, ("ring", size))
+
+    def with_own(self, mask: torch.Tensor, before: int, key: tuple) -> torch.Tensor:
+        """``mask`` [1, 1, T, before + T] (``before`` cache keys, then the call's own) with :meth:`later_images`
+        added; made once a call per ``key``."""
+
+        def make():
+            own = self.later_images()
+            earlier = torch.zeros(own.shape[0], before, dtype=torch.bool, device=own.device)
+            return mask | torch.cat([earlier, own], dim=-1)[None, None]
+
+        return self.memoized(("with_own", key), make)
+
+
+class ImageStep(ImageBlocks, Step):
+    """The host form's step with :class:`ImageBlocks`: a full cache's mask is over its slots, the call's at their positions."""
 
     def full_mask(self, length: int) -> torch.Tensor:
         def make():
@@ -71,17 +85,17 @@ class ImageBlocks:
             written = (self.positions.unsqueeze(-1) == slots) & self.image.unsqueeze(-1)  # [T, L]
             image_slots = written.to(torch.float32).sum(0) > 0.0
             later = slots.unsqueeze(0) > self.positions.unsqueeze(-1)
-            return super(ImageBlocks, self).full_mask(length) | (self.image.unsqueeze(-1) & image_slots & later)[None, None]
+            return super(ImageStep, self).full_mask(length) | (self.image.unsqueeze(-1) & image_slots & later)[None, None]
 
         return self.memoized(("image_full_mask", length), make)
 
-    def ring_cache(self, size, key_cache, value_cache, k, v):
-        keys, values, mask = super().ring_cache(size, key_cache, value_cache, k, v)
-        return keys, values, self.with_own(mask)
 
+class DeviceImageStep(ImageBlocks, DeviceStep):
+    """The device form's step with :class:`ImageBlocks`: a full cache's keys are its slots, then the call's own."""
 
-class ImageStep(ImageBlocks, Step):
-    """The host form's step with :class:`ImageBlocks`."""
+    def full_cache(self, key_cache, value_cache, k, v):
+        keys, values, mask = super().full_cache(key_cache, value_cache, k, v)
+        return keys, values, self.with_own(mask, key_cache.shape[2], ("full", key_cache.shape[2]))
 
 
 class Gemma3VisionLanguage(VisionLanguage):
@@ -91,6 +105,9 @@ class Gemma3VisionLanguage(VisionLanguage):
 
     def step(self, positions: torch.Tensor, image: torch.Tensor | None) -> Step:
         return ImageStep(self.decoder, positions, image=image)
+
+    def device_step(self, positions: torch.Tensor, slots: torch.Tensor, image: torch.Tensor | None) -> Step:
+        return DeviceImageStep(self.decoder, positions, slots, image=image)
 
 
 class AvgPoolProjector(nn.Module):
@@ -141,7 +158,7 @@ def build(model: nn.Module, shapes: Any) -> VisionLanguage:
 def tiny_config(model_type: str) -> Any:
     from transformers import Gemma3Config, SiglipVisionConfig
 
-    text = _tiny.text_config("gemma3_text")
+    text = _tiny.text_config("gemma3_text", sliding_window=16)  # a window the device form's 16-token calls fit
     vision = SiglipVisionConfig(**_tiny.TOWER, vision_use_head=False, hidden_act="gelu_pytorch_tanh")
     return Gemma3Config(
         text_config=text.to_dict(),

@@ -368,3 +368,16 @@ def test_optimum_executorchs_multimodal_model_exports_with_the_coreai_recipe_and
     # optimum prefills the whole prompt in one call, the image's rows written over its placeholders: the flag
     # channel comes with them, so the image attends itself both ways there too.
     assert result["prefill_error"] < 1e-5 < 1e-3 < result["causal_gap"]
+
+
+def test_the_device_form_refuses_the_static_layout_and_a_call_longer_than_a_sliding_window(tmp_path):
+    from coreai_partitioner.llm.device import UnsupportedDevice
+
+    static = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device", device_shapes="static")
+    with pytest.raises(llm.UnsupportedShapes, match="MultimodalRunner calls text_decoder with each segment's own length"):
+        vision.check_config(vision.tiny_config("llava"), static)
+    model = tiny_vlm("gemma3")  # sliding window 16
+    with pytest.raises(UnsupportedDevice, match=r"prefill_chunk 32 is longer than its smallest window \(16\)"):
+        vision.lower_vlm(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=32, target="device"))
+    status, out, err = export_command("--config", "gemma3", "--target", "device", "--dry-run", "--out", str(tmp_path / "m.pte"))
+    assert status == 0 and "S 1..16" in out, err  # the command bounds S by the window

@@ -74,7 +74,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--quantize", choices=tuple(SCHEMES),
-        help=("weight-only, of the text decoder's weights: " + "; ".join(SCHEMES.values())).replace("%", "%%"),
+        help=("weight-only, every weight of the text decoder and the tower's where they fit: " + "; ".join(SCHEMES.values())).replace("%", "%%"),
     )
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
     parser.add_argument("--no-tokenizer", action="store_true", help="export without the checkpoint's tokenizer")

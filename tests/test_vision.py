@@ -114,10 +114,24 @@ class Exported:
         return [vocab[piece] for piece in run.generate(self.path, self.tokenizer, self.segments, NEW_TOKENS)]
 
 
+_EXPORTS: dict[tuple[str, str], Exported] = {}
+
+
+def _exported(model_type: str, form: str, tmp_path_factory) -> Exported:
+    """Each family's .pte in each form, exported once for every test that reads it."""
+    if (model_type, form) not in _EXPORTS:
+        _EXPORTS[model_type, form] = Exported(model_type, form, tmp_path_factory.mktemp(f"{model_type}-{form}"))
+    return _EXPORTS[model_type, form]
+
+
 @pytest.fixture(scope="module", params=[(m, f) for m in sorted(PLACEHOLDER) for f in FORMS], ids="-".join)
 def exported(request, tmp_path_factory):
-    model_type, form = request.param
-    return Exported(model_type, form, tmp_path_factory.mktemp(f"{model_type}-{form}"))
+    return _exported(*request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module", params=sorted(PLACEHOLDER))
+def device_exported(request, tmp_path_factory):
+    return _exported(request.param, "device", tmp_path_factory)
 
 
 # ---------------------------------------------------------------- eager, no export
@@ -225,13 +239,12 @@ def test_the_ptes_methods_are_the_runners_each_a_function_of_one_asset_storing_t
 
 
 @pytest.mark.slow
-def test_the_device_pte_keeps_the_stock_runtimes_contract_read_off_the_pte(exported):
+def test_the_device_pte_keeps_the_stock_runtimes_contract_read_off_the_pte(device_exported):
     """Every delegate: CoreAIBackend, inline, its own function of the one asset, upstream's manifest rules, no state,
     fp16/fp32 tensors in the default dim order, the sequence dimension bounded by the chunk and nothing else dynamic."""
     from upstream_manifest import check_named_data, parse_manifest
 
-    if exported.form != "device":
-        pytest.skip("the device form's contract")
+    exported = device_exported
     pte = read_pte(exported.path)
     chunk, width = DEVICE.prefill_chunk, exported.vlm.width
     bounded = {

@@ -53,7 +53,7 @@ VISION_PHASES = (
     ("coreai_partitioner.vision.export", "adapt", "adapt the families"),
     ("coreai_partitioner.vision.export", "export_methods", "export the three methods + externalize"),
     ("coreai_partitioner.records.externalize", "externalize_modules", "a method: export + externalize"),
-    ("coreai_partitioner.llm.whole_program", "lower_whole_programs", "lower the three methods (one to_backend)"),
+    ("coreai_partitioner.lowering.whole_program", "lower_whole_programs", "lower the three methods (one to_backend)"),
     ("coreai_partitioner.backends.apple_coreai.preprocess", "_preprocess_functions", "preprocess: one asset, three functions"),
 )
 

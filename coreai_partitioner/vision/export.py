@@ -16,7 +16,6 @@ call) and its caches are the delegate's Core AI state, as the llm host form's.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import warnings
 from typing import Any
@@ -137,47 +136,24 @@ def export_methods(
     methods read (the token embedding, a tied head) is the same compressed
     tensor in both, stored once.
     """
-    from coreai_partitioner import default_specs, externalize_modules
-    from coreai_partitioner.llm.passes import remove_noop_expands
-    from coreai_partitioner.quantize import quantize as quantize_program
-    from coreai_partitioner.quantize import uses_coreai_opt
+    from coreai_partitioner.lowering.lower import export_with_composites
 
     kept = tower_kept_float(vlm, quantize) if quantize else []
     methods: nn.Module = vlm
-    preserve = contextlib.nullcontext
     if shapes.device:
         from coreai_partitioner.vision.device import DeviceVisionLanguage
 
-        methods, preserve = DeviceVisionLanguage(vlm), _compat.preserve_node_meta
-    if quantize and uses_coreai_opt(quantize):
-        decompositions_at_export = None  # coreai-opt finds Linear layers by aten.linear, before decomposition
-    else:
-        decompositions_at_export = decompositions
+        methods = DeviceVisionLanguage(vlm)
+    prefix = "model." if methods is vlm else "model.model."  # the program names weights from Method's root
     exported = {}
-    inputs = samples(vlm, shapes)
-    dims = {method: d for method, (_, d) in inputs.items()}
-    for method, (sample, _) in inputs.items():
-
-        def export_fn(module: nn.Module, sample=sample, method=method) -> torch.export.ExportedProgram:
-            with torch.no_grad(), preserve():
-                if decompositions_at_export is not None:
-                    return _compat.export_decomposed(module, sample, dims[method], decompositions_at_export)
-                return torch.export.export(module, sample, dynamic_shapes=dims[method])
-
+    for method, (sample, dims) in samples(vlm, shapes).items():
         with warnings.catch_warnings():
             # Each method calls some of the model's composites: the others have no call site in its program, by design.
             warnings.filterwarnings("ignore", message="No call sites found for externalized submodule")
-            program, records = externalize_modules(Method(methods, method), default_specs(), export_fn=export_fn)
-        if quantize:
-            prefix = "model." if methods is vlm else "model.model."  # the program names weights from Method's root
-            program = quantize_program(
-                program, quantize, records=records, dynamic_shapes=dims[method],
-                keep_float=[prefix + path for path in kept],
-                decompositions=decompositions,
+            exported[method] = export_with_composites(
+                Method(methods, method), sample, dynamic_shapes=dims, quantize=quantize,
+                keep_float=[prefix + path for path in kept], decompositions=decompositions, annotations=shapes.device,
             )
-        for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
-            remove_noop_expands(graph_module)
-        exported[method] = (program, records)
     return exported
 
 
@@ -255,12 +231,13 @@ def lower_vlm(
     (optimum-executorch's ``modality``, ``vision_token_id``).
     """
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
 
     vlm = vlm if vlm is not None else adapt(model, shapes)
     executorch_config = None
     if shapes.device:
-        from coreai_partitioner.llm.device import check_device, executorch_config
+        from coreai_partitioner.llm.device import check_device
+        from coreai_partitioner.lowering.device import executorch_config
 
         check_device(vlm.decoder, shapes.prefill_chunk)
         refused = {"take_over_mutable_buffer", "share_asset", "uses_sidecar", "input_enumerations"} & set(partitioner_options)
@@ -280,7 +257,7 @@ def lower_vlm(
             executorch_config=executorch_config,
         )
     if shapes.device:
-        from coreai_partitioner.llm.device import check_delegates, relabel_backend
+        from coreai_partitioner.lowering.device import check_delegates, relabel_backend
 
         relabel_backend(edge)
         check_delegates(edge, bounded=shapes.prefill_chunk)

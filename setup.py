@@ -28,6 +28,8 @@ setup(
         "coreai_partitioner.llm",
         "coreai_partitioner.llm.blocks",
         "coreai_partitioner.llm.families",
+        "coreai_partitioner.vision",
+        "coreai_partitioner.vision.families",
         "coreai_partitioner.speech",
         "coreai_partitioner.cli",
         "coreai_partitioner.backends",

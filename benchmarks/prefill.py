@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -107,6 +108,7 @@ def main() -> None:
         print(json.dumps(worker(args)))
         return
     results = []
+    load = os.getloadavg()[0]
     for layout in LAYOUTS:
         command = [sys.executable, __file__, *sys.argv[1:], "--layout", layout]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -114,7 +116,8 @@ def main() -> None:
     text = (
         f"Device-form Llama, d {args.dim}, {args.layers} layers, chunk {args.chunk}, context {args.context}, fp32, "
         f"random weights; TextLLMRunner, median of {args.repeat} (`python benchmarks/prefill.py "
-        + " ".join(sys.argv[1:]) + "`)\n\n" + table(results, args) + "\n"
+        + " ".join(sys.argv[1:]) + f"`); load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, "
+        f"on {os.cpu_count()} cores\n\n" + table(results, args) + "\n"
     )
     print(text)
     args.results.mkdir(parents=True, exist_ok=True)

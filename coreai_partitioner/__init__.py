@@ -54,7 +54,7 @@ first step of its own: its family file (``llm/families/``) re-composes the
 Hugging Face model's layers from the primitives in ``llm/blocks/`` over the
 model's own weights.  Then it is exported with its composites externalized
 (step 1), its weights quantized (2), and lowered with steps 2 and 3 swapped
-(``llm/whole_program.py``): its one delegate takes the whole graph, so it is
+(``lowering/whole_program.py``): its one delegate takes the whole graph, so it is
 decomposed once, partitioned and converted on ATen IR, and only the casts
 left around the delegate become edge dialect.  ``llm/device.py`` makes the
 form upstream's on-device runtime runs; ``llm/check.py`` judges the result

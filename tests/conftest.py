@@ -66,6 +66,7 @@ HEAVIEST_FIRST = (
     "test_llm_device.py",  # 430 s
     "test_real_quantized.py",  # 370 s
     "test_llm_families.py",  # 260 s
+    "test_vision.py",  # 140 s in one process
     "test_speech.py",  # 420 s at a load of 4 on this shared machine: Whisper base exported twice, four encoder calls
     "test_transformers_rc1.py",
     "test_quantized_schemes.py",

@@ -10,7 +10,7 @@ from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
 from coreai_partitioner import CoreAIPartitioner, verify
-from coreai_partitioner.llm.whole_program import lower_whole_program
+from coreai_partitioner.lowering.whole_program import lower_whole_program
 
 from helpers import assert_close, seeded
 

@@ -5,7 +5,8 @@
 As ``optimum-cli export`` does, the task comes from the checkpoint's
 ``config.json`` (:func:`task_of`): its ``architectures``, then what the config
 holds.  Each task's own command parses the rest of the line
-(:data:`TASKS`): ``text-generation`` is ``export-llm``.  ``--task`` names the
+(:data:`TASKS`): ``text-generation`` is ``export-llm``, ``image-text-to-text``
+:mod:`~coreai_partitioner.cli.export_vlm`.  ``--task`` names the
 task outright; ``--config NAME`` (a tiny random model) is the task whose
 command knows that name.
 """
@@ -23,6 +24,7 @@ from typing import Any
 #: ``tiny_configs()``, the ``--config`` names it builds.
 TASKS: dict[str, str] = {
     "text-generation": "coreai_partitioner.cli.export_llm",
+    "image-text-to-text": "coreai_partitioner.cli.export_vlm",
     "automatic-speech-recognition": "coreai_partitioner.cli.export_asr",
 }
 

@@ -11,7 +11,6 @@ dynamic ``T`` or enumerated ``T`` in {1, chunk}.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -170,30 +169,21 @@ def export_decoder(
     ``layers_per_delegate`` layers.  ``length`` exports ``T = length`` static
     (the device form's static layout); without it ``T`` runs from 1 to the chunk.
 
-    Returns ``(exported_program, records)`` as :func:`externalize_modules` does,
-    their no-op ``expand`` calls removed (:func:`~coreai_partitioner.llm.passes.remove_noop_expands`;
-    enumerated ``T = 1`` needs it).  ``quantize`` (a scheme of
+    Returns ``(exported_program, records)`` as :func:`~coreai_partitioner.lowering.lower.export_with_composites`
+    does (``decompositions`` traces straight to decomposed ATen IR with that table).  ``quantize`` (a scheme of
     :data:`coreai_partitioner.quantize.schemes.SCHEMES`) stores the weights outside the composites compressed
     (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
     (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
     names.  Every shape is checked against the scheme before any work.
-
-    With ``decompositions`` (and no coreai-opt scheme, which needs ``torch.export``'s
-    own IR) the decoder is traced straight to functional ATen IR with that
-    table (:func:`~coreai_partitioner._compat.export_decomposed`: one trace
-    where export then ``run_decompositions`` make two).
     """
-    from coreai_partitioner import default_specs, externalize_modules
-    from coreai_partitioner.llm.passes import remove_noop_expands
-    from coreai_partitioner.quantize import uses_coreai_opt
+    from coreai_partitioner.lowering.lower import export_with_composites
 
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     exported: nn.Module = decoder
-    preserve = contextlib.nullcontext
     if shapes.device:
         from coreai_partitioner.llm.device import DeviceDecoder
 
-        exported, preserve = DeviceDecoder(decoder, layers_per_delegate), _compat.preserve_node_meta
+        exported = DeviceDecoder(decoder, layers_per_delegate)
     dynamic_shapes = None
     if length is None:
         length = min(2, shapes.prefill_chunk)
@@ -201,12 +191,6 @@ def export_decoder(
             tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
             dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
     sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
-
-    def export_fn(module: nn.Module) -> torch.export.ExportedProgram:
-        with torch.no_grad(), preserve():
-            if decompositions is not None and not (quantize and uses_coreai_opt(quantize)):
-                return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
-            return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
 
     routers = []
     if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
@@ -220,19 +204,13 @@ def export_decoder(
             if not module.forms:  # the device form exports the decoder once per method
                 module.quantize_experts(quantize, path)
             routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
-    program, records = externalize_modules(exported, default_specs(), export_fn=export_fn)
     # The program names the decoder's weights from the exported module: the device form's wraps it.
     prefix = "" if exported is decoder else "decoder."
-    if quantize:
-        from coreai_partitioner.quantize import quantize as quantize_program
-
-        program = quantize_program(
-            program, quantize, records=records, dynamic_shapes=dynamic_shapes,
-            keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
-        )
-    for graph_module in [program.graph_module, *(r.exported_program.graph_module for r in records)]:
-        remove_noop_expands(graph_module)
-    return program, records
+    return export_with_composites(
+        exported, sample, dynamic_shapes=dynamic_shapes, quantize=quantize or None,
+        keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
+        annotations=shapes.device,
+    )
 
 
 def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
@@ -283,7 +261,7 @@ def lower_decoder(
     receives the quantized program's eager module (taken before lowering,
     which takes over the program's constants), to check the ``.pte`` against; ``keep_float``
     names layers left float (module paths of the decoder, e.g. ``lm_head``, ``layers.0.mlp.down``).
-    Lowers with :func:`~coreai_partitioner.llm.whole_program.lower_whole_program`
+    Lowers with :func:`~coreai_partitioner.lowering.whole_program.lower_whole_program`
     (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
     whose ``.to_executorch()`` gives the ``.pte``.
 
@@ -296,7 +274,7 @@ def lower_decoder(
     makes a delegate of every ``N`` layers, each a function of the one asset.
     """
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_program
+    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_program
 
     if target is not None and target != shapes.target:
         shapes = dataclasses.replace(shapes, target=target)
@@ -339,8 +317,9 @@ def _lower_device(
     """:func:`lower_decoder`'s device form (:mod:`.device`): an export per method (one bounded ``forward``, or
     static ``forward`` and ``prefill``), functions of one shared asset."""
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
-    from coreai_partitioner.llm.device import check_delegates, check_device, executorch_config, relabel_backend
+    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.llm.device import check_device
+    from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
 
     check_device(decoder, shapes.prefill_chunk, graph_breaks)
     refused = {"take_over_mutable_buffer", "input_enumerations", "share_asset", "uses_sidecar"} & set(partitioner_options)

@@ -10,6 +10,7 @@ section spells it out; reach for the pieces when a step needs changing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,7 @@ from torch.export import ExportedProgram
 from coreai_partitioner._compat import ExternalizeSpec, get_default_compile_config
 from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
-from coreai_partitioner.lowering.passes import get_default_passes
+from coreai_partitioner.lowering.passes import get_default_passes, remove_noop_expands
 from coreai_partitioner.lowering.precision import cast_sample, check_dtype, floating_as
 from coreai_partitioner.records.specs import default_specs
 
@@ -39,6 +40,8 @@ def export_with_composites(
     dtype: torch.dtype | None = None,
     quantize: Any = None,
     keep_float: Sequence[str] = (),
+    decompositions: Mapping[Any, Callable[..., Any]] | None = None,
+    annotations: bool = False,
 ) -> Exported:
     """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
 
@@ -52,19 +55,36 @@ def export_with_composites(
     coreai-opt ``QuantizerConfig``) stores the weights outside the composites
     compressed with :func:`coreai_partitioner.quantize.quantize`, leaving
     ``keep_float`` layers in floating point.  Returns the program and its records.
+
+    ``decompositions`` (:func:`~.whole_program.decomposition_table`'s, for a
+    program :func:`~.whole_program.lower_whole_programs` lowers) traces the
+    model straight to functional ATen IR with that table, one trace where
+    export and ``run_decompositions`` make two (a coreai-opt scheme, which
+    finds its Linear layers before decomposition, exports first), and drops
+    the no-op ``expand`` calls Core AI specializes wrongly
+    (:func:`~.passes.remove_noop_expands`).  ``annotations`` keeps the
+    delegate boundaries the model's code marks (:mod:`coreai_partitioner.partition.boundaries`).
     """
     from coreai_torch import get_decomp_table
+
+    from coreai_partitioner import _compat
 
     if dtype is not None:
         check_dtype(dtype)
     if quantize is not None:
         _check_quantize(quantize)
     sample = tuple(sample) if dtype is None else cast_sample(sample, dtype)
+    traced_decomposed = decompositions is not None and not (quantize is not None and _uses_coreai_opt(quantize))
+    keep_marks = _compat.preserve_node_meta if annotations else contextlib.nullcontext
 
     def export_fn(module: torch.nn.Module) -> ExportedProgram:
-        with torch.no_grad():
+        with torch.no_grad(), keep_marks():
+            if traced_decomposed:
+                return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
             program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
-        return program if quantize is not None else program.run_decompositions(get_decomp_table())
+        if quantize is not None or decompositions is not None:
+            return program  # quantize() decomposes, with the table given
+        return program.run_decompositions(get_decomp_table())
 
     with floating_as(model, dtype):
         program, records = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
@@ -72,9 +92,21 @@ def export_with_composites(
         from coreai_partitioner.quantize import quantize as quantize_weights
 
         program = quantize_weights(
-            program, quantize, records=records, example_inputs=sample, dynamic_shapes=dynamic_shapes, keep_float=keep_float
+            program, quantize, records=records, example_inputs=sample, dynamic_shapes=dynamic_shapes,
+            keep_float=keep_float, decompositions=decompositions,
         )
+    elif decompositions is not None and not traced_decomposed:
+        program = program.run_decompositions(decompositions)
+    if decompositions is not None:
+        for graph_module in [program.graph_module, *(record.exported_program.graph_module for record in records)]:
+            remove_noop_expands(graph_module)
     return program, records
+
+
+def _uses_coreai_opt(scheme: Any) -> bool:
+    from coreai_partitioner.quantize import uses_coreai_opt
+
+    return uses_coreai_opt(scheme)
 
 
 def _check_quantize(scheme: Any) -> None:

@@ -68,8 +68,14 @@ def export(
     if dtype is not None:
         hf_model = hf_model.to(getattr(torch, dtype))
     metadata = getattr(model, "metadata", {}) or {}
-    context = int(metadata.get("get_max_seq_len") or 2048)
+    vision_model = getattr(hf_model.config, "vision_config", None) is not None
+    # optimum's image-text-to-text loader sizes its cache by max_length (its generation config), not max_seq_len.
+    context = int(metadata.get("get_max_seq_len") or (vision_model and hf_model.generation_config.max_length) or 2048)
+    if vision_model:
+        context = min(context, hf_model.config.get_text_config().max_position_embeddings)
     shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=context, target=target)
+    if vision_model:
+        return {"model": _export_vision(hf_model, shapes, quantize, metadata).to_executorch()}
     decoder = llm.adapt(hf_model, shapes)
     if target == "device":
         from coreai_partitioner.llm.device import sliding_windows
@@ -77,6 +83,26 @@ def export(
         shapes = dataclasses.replace(shapes, prefill_chunk=min([context, *sliding_windows(decoder)]))
     lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize, decoder=decoder)
     return {"model": lowered.to_executorch()}
+
+
+def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: dict[str, Any]) -> Any:
+    """optimum's ``image-text-to-text`` model by :func:`coreai_partitioner.vision.lower_vlm`, optimum's metadata kept.
+
+    ``ExecuTorchModelForMultiModalToText`` prefills the whole prompt in one
+    ``text_decoder`` call (the token embeddings with the ``vision_encoder``'s
+    rows written over the image placeholders), so one call takes the whole
+    context; it reads ``modality``, ``vision_token_id`` and ``get_eos_id``.
+    """
+    from coreai_partitioner import vision
+
+    def constant(value: Any) -> bool:  # what a constant method returns; optimum copies the processor's dicts in too
+        values = value if isinstance(value, list) else [value]
+        return bool(values) and all(isinstance(v, (bool, int, float, str)) for v in values)
+
+    extra = {name: value for name, value in metadata.items() if constant(value)}
+    eos = hf_model.config.get_text_config().eos_token_id
+    extra.setdefault("get_eos_id", eos[0] if isinstance(eos, list) else eos)
+    return vision.lower_vlm(hf_model, shapes, quantize=quantize, metadata=extra)
 
 
 def register() -> list[str]:

@@ -1,6 +1,6 @@
 """The device form of ``text_decoder``: what upstream's stock on-device Core AI runtime runs.
 
-The same contract as the LLM device form (:mod:`coreai_partitioner.llm.device`):
+The same contract as every device form (:mod:`coreai_partitioner.lowering.device`):
 backend id ``CoreAIBackend``, only fp16/fp32 tensors across a delegate, no
 Core AI state.  ``encoder`` is stateless and takes and returns floats, so it
 is the same in both forms.  ``text_decoder`` changes where things live:

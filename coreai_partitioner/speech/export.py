@@ -68,18 +68,18 @@ def runner_metadata(model: nn.Module, speech: Speech) -> dict[str, Any]:
 
 
 def export_method(module: nn.Module, sample: tuple[torch.Tensor, ...], decompositions: dict):
-    """``module`` exported to functional ATen IR with its composites externalized; ``(program, records)``.
+    """``module`` exported to functional ATen IR with its composites externalized (the export road every task
+    takes, :func:`~coreai_partitioner.lowering.lower.export_with_composites`); ``(program, records)``.
 
-    The trace keeps :func:`~coreai_partitioner.partition.boundaries.outside_delegate`'s
-    annotations (the device form's cache writes).
+    The trace keeps the boundaries the model marks
+    (:func:`~coreai_partitioner.partition.boundaries.outside_delegate`: the
+    cross-attention split, the device form's cache writes).
     """
-    from coreai_partitioner import default_specs, externalize_modules
+    from coreai_partitioner.lowering.lower import export_with_composites
 
-    def export_fn(exported: nn.Module) -> torch.export.ExportedProgram:
-        with torch.no_grad(), _compat.preserve_node_meta():
-            return _compat.export_decomposed(exported, sample, None, decompositions)
-
-    return externalize_modules(module, default_specs(), export_fn=export_fn)
+    with torch.no_grad():
+        program, records = export_with_composites(module, sample, decompositions=decompositions, annotations=True)
+    return program, records
 
 
 def lower_speech(
@@ -100,8 +100,8 @@ def lower_speech(
     text_decoder``, ``lower``).
     """
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.llm.device import check_delegates, executorch_config, relabel_backend
-    from coreai_partitioner.llm.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
+    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
     from coreai_partitioner.speech.device import DeviceTextDecoder
 
     if target not in TARGETS:

@@ -57,7 +57,7 @@ def _spread(one_hot: torch.Tensor, batch: int) -> torch.Tensor:
     """``one_hot`` [T, L] as ``[batch, L, T]``, the left operand of :func:`write_at`'s ``bmm``.
 
     Batched by a broadcasting product, not an expand: Core AI (coreai-core 1.0.0b3) folds an expand
-    to a shape read at run time wrongly when an enumerated T is 1 (see llm.passes.remove_noop_expands).
+    to a shape read at run time wrongly when an enumerated T is 1 (see lowering.passes.remove_noop_expands).
     """
     return one_hot.transpose(0, 1) * torch.ones(batch, 1, 1, dtype=one_hot.dtype, device=one_hot.device)
 

@@ -30,6 +30,7 @@ setup(
         "coreai_partitioner.llm.families",
         "coreai_partitioner.vision",
         "coreai_partitioner.vision.families",
+        "coreai_partitioner.speech",
         "coreai_partitioner.cli",
         "coreai_partitioner.backends",
         "coreai_partitioner.backends.apple_coreai",

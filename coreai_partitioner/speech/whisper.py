@@ -1,0 +1,291 @@
+"""Whisper as ExecuTorch's ASR runner calls it: ``encoder`` once per utterance, ``text_decoder`` once per token.
+
+:func:`adapt` re-composes a Hugging Face ``WhisperForConditionalGeneration``
+over its own modules and weights (nothing copied) into two modules, one per
+method of the ``.pte``:
+
+* :class:`SpeechEncoder`: ``encoder(features [1, n_mels, 3000] fp32) -> cross``.
+  The two convolutions (GELU), the sinusoidal positions, the pre-norm layers
+  (:class:`~coreai_partitioner.llm.blocks.EncoderLayer`: bidirectional SDPA,
+  HF's LayerNorms, which coreai-torch converts to ``layer_norm``), the final
+  LayerNorm; then every decoder layer's cross-attention keys and values of
+  the utterance, ``cross`` ``[1, 2 * layers * heads, frames, head_dim]``
+  (layer ``i``'s keys, then its values, as heads).
+* :class:`TextDecoder`: ``text_decoder(ids [1, 1] int64, cross, cache_position
+  [1] int64) -> logits [1, 1, vocab]``.  The token and position embeddings,
+  pre-norm layers (self-attention over a static cache,
+  :class:`~coreai_partitioner.llm.blocks.Attention` without RoPE; attention to
+  ``cross`` through the SDPA composite, :class:`CrossAttention`; the MLP),
+  the final LayerNorm and the output projection, which is the token
+  embedding (tied: one copy).
+
+Why the cross-attention keys and values come out of ``encoder``: they are a
+function of the utterance alone, so the method that runs once per utterance
+computes them, as ``[1500, d] x [d, 2d]`` products beside the encoder's own.
+The runner holds the encoder's one output and passes it to every
+``text_decoder`` call (ExecuTorch's ASR runner does exactly that), so the
+decoder needs no branch (``torch.cond`` on the first position) and no cross
+cache of its own: nothing of the cross attention is state, nothing depends on
+a buffer's initial value, and a new utterance needs no reset; the host and
+device forms differ only in the self-attention caches.  The price: the
+encoder's output is ``2 * layers`` times the size of its hidden states (37 MB
+for Whisper base in fp32), which every ``text_decoder`` call takes as an
+input (both runtimes pass it without a copy; the program cuts it into each
+layer's keys and values outside the delegate, a memcpy, where Core AI on
+Linux copied each slice element by element: :meth:`TextDecoder.split_cross`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from coreai_torch.composite_ops import SDPA
+from torch import nn
+
+from coreai_partitioner.llm.blocks import MLP, Attention, AttentionShape, EncoderAttention, EncoderLayer, Step
+from coreai_partitioner.llm.errors import UnsupportedConfig
+from coreai_partitioner.partition.boundaries import outside_delegate
+
+#: The mel frames of one 30 s window, what ``encoder`` takes (the ASR runner's ``[1, n_mels, 3000]``).
+FRAMES = 3000
+
+
+class UnsupportedSpeechModel(ValueError):
+    """A model this room does not export; names what it is and what it takes."""
+
+
+def heads_of(t: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
+    """``[B, T, heads * head_dim]`` as ``[B, heads, T, head_dim]``."""
+    return t.view(t.shape[0], t.shape[1], heads, head_dim).transpose(1, 2)
+
+
+class CrossKeysValues(nn.Module):
+    """A decoder layer's cross-attention key and value projections (Whisper's ``encoder_attn.k_proj``, ``v_proj``),
+    which run in ``encoder``, once per utterance."""
+
+    def __init__(self, heads: int, head_dim: int, *, k: nn.Module, v: nn.Module) -> None:
+        super().__init__()
+        self.heads, self.head_dim = heads, head_dim
+        self.k, self.v = k, v
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        """The keys then the values of ``states`` [1, frames, d] as heads: ``[1, 2 * heads, frames, head_dim]``."""
+        keys, values = heads_of(self.k(states), self.heads, self.head_dim), heads_of(self.v(states), self.heads, self.head_dim)
+        return torch.cat([keys, values], dim=1)
+
+
+class CrossAttention(nn.Module):
+    """Attention of the decoder's tokens to the utterance (the rest of Whisper's ``encoder_attn``): the query
+    projection, the SDPA composite over the keys and values ``encoder`` gave (not causal, no mask: every token
+    attends every frame), the output projection."""
+
+    def __init__(self, path: str, heads: int, head_dim: int, *, q: nn.Module, o: nn.Module, scale: float) -> None:
+        super().__init__()
+        self.path = path
+        self.heads, self.head_dim = heads, head_dim
+        self.q, self.o = q, o
+        self.sdpa = SDPA(scale=float(scale), is_causal=False)
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        q = heads_of(self.q(x), self.heads, self.head_dim)
+        out = self.sdpa(q, keys.to(q.dtype), values.to(q.dtype))
+        return self.o(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
+
+
+class DecoderLayer(nn.Module):
+    """Whisper's decoder layer: ``h = x + self_attn(norm1(x))``, ``h + cross(norm2(h))``, then ``h + mlp(norm3(h))``."""
+
+    def __init__(
+        self, attention: Attention, cross: CrossAttention, mlp: MLP, *, norm1: nn.Module, norm2: nn.Module, norm3: nn.Module
+    ) -> None:
+        super().__init__()
+        self.attention, self.cross, self.mlp = attention, cross, mlp
+        self.norm1, self.norm2, self.norm3 = norm1, norm2, norm3
+
+    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, step: Step) -> torch.Tensor:
+        h = x + self.attention(self.norm1(x), step)
+        h = h + self.cross(self.norm2(h), keys, values)
+        return h + self.mlp(self.norm3(h))
+
+
+class SpeechEncoder(nn.Module):
+    """``encoder(features [1, n_mels, 3000]) -> cross [1, 2 * layers * heads, frames, head_dim]`` (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        conv1: nn.Module,
+        conv2: nn.Module,
+        positions: nn.Parameter,
+        layers: list[EncoderLayer],
+        norm: nn.Module,
+        cross: list[CrossKeysValues],
+    ) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = conv1, conv2
+        self.positions = positions
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+        self.cross = nn.ModuleList(cross)
+
+    def hidden(self, features: torch.Tensor) -> torch.Tensor:
+        """The encoder's last hidden state ``[1, frames, d]`` (HF's ``last_hidden_state``)."""
+        x = features.to(self.positions.dtype)  # the runner passes fp32 features whatever the model's dtype
+        x = nn.functional.gelu(self.conv1(x))
+        x = nn.functional.gelu(self.conv2(x))
+        x = x.permute(0, 2, 1) + self.positions
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        states = self.hidden(features)
+        return torch.cat([cross(states) for cross in self.cross], dim=1)
+
+
+class TextDecoder(nn.Module):
+    """``text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, vocab]``, one token a call.
+
+    The self-attention caches are buffers of its :class:`~coreai_partitioner.llm.blocks.Attention`
+    modules, ``max_decode_len`` slots each; the host form lowers them as the
+    delegate's state, the device form (:mod:`.device`) keeps them ExecuTorch's.
+    """
+
+    def __init__(
+        self,
+        *,
+        embed: nn.Embedding,
+        positions: nn.Parameter,
+        layers: list[DecoderLayer],
+        norm: nn.Module,
+        max_decode_len: int,
+    ) -> None:
+        super().__init__()
+        self.embed = embed
+        self.positions = positions
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+        self.max_decode_len = max_decode_len
+        #: Read by :class:`~coreai_partitioner.llm.blocks.Step`: no RoPE, no sliding windows.
+        self.rope_tables = nn.ModuleDict()
+        self.context = max_decode_len
+
+    @property
+    def heads(self) -> int:
+        return self.layers[0].cross.heads
+
+    def forward(self, ids: torch.Tensor, cross: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        return self.run(ids, cache_position, cross, Step(self, cache_position))
+
+    def run(self, ids: torch.Tensor, positions: torch.Tensor, cross: torch.Tensor, step: Step) -> torch.Tensor:
+        """The logits of ``ids`` [1, T] at ``positions`` (indices into the position table), caches the ``step``'s way."""
+        hidden = self.embed(ids) + self.positions[positions].unsqueeze(0)
+        step.dtype = hidden.dtype
+        with outside_delegate():  # see split_cross
+            parts = self.split_cross(cross)
+        for index, layer in enumerate(self.layers):
+            hidden = layer(hidden, parts[2 * index], parts[2 * index + 1], step)
+        step.finish()
+        return self.logits(self.norm(hidden))
+
+    def split_cross(self, cross: torch.Tensor) -> list[torch.Tensor]:
+        """Each layer's keys, then values, ``[1, heads, frames, head_dim]`` each, out of ``encoder``'s one output.
+
+        Traced outside the delegate: ExecuTorch's copies of these contiguous
+        blocks cost a memcpy, where Core AI on Linux copies each slice element
+        by element (for Whisper base, 37 MB a call, a third of its time).
+        """
+        per_layer = cross.view(2 * len(self.layers), 1, self.heads, cross.shape[2], cross.shape[3])
+        return [per_layer[i] for i in range(per_layer.shape[0])]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden`` [1, T, d] through the output projection, which is the token embedding (tied: one copy).
+
+        ``embedding @ hidden^T``, transposed back: ``linear(hidden, embedding)``
+        would transpose the ``[vocab, d]`` table, which Core AI materializes on
+        every call.  The result in the default dim order (the device form's runtime requires it).
+        """
+        logits = torch.matmul(self.embed.weight, hidden[0].transpose(0, 1)).transpose(0, 1).unsqueeze(0)
+        return logits.clone(memory_format=torch.contiguous_format)
+
+
+@dataclass
+class Speech:
+    """The two modules a speech ``.pte`` is made of, over one HF model's weights."""
+
+    model_type: str
+    encoder: SpeechEncoder
+    decoder: TextDecoder
+    n_mels: int
+    frames: int  # the encoder's output frames (max_source_positions)
+    cross_shape: tuple[int, int, int, int]  # [1, 2 * layers * heads, frames, head_dim]
+
+
+def check_model(model: nn.Module) -> None:
+    """Refuse, naming it, a model this room does not export (before any work)."""
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    if model_type != "whisper" or not hasattr(model, "model") or not hasattr(model.model, "encoder"):
+        raise UnsupportedSpeechModel(
+            f"{type(model).__name__} ({model_type}): the speech export takes a WhisperForConditionalGeneration "
+            "(automatic-speech-recognition); export a text decoder with `python -m coreai_partitioner export-llm`"
+        )
+    if getattr(config, "scale_embedding", False):
+        raise UnsupportedConfig("scale_embedding", True, "False (Whisper's own)", model_type)
+    stride = model.model.encoder.conv1.stride[0] * model.model.encoder.conv2.stride[0]
+    if config.max_source_positions * stride != FRAMES:
+        raise UnsupportedConfig(
+            "max_source_positions", config.max_source_positions, f"{FRAMES // stride} (a 30 s window of {FRAMES} mel frames)", model_type
+        )
+
+
+def adapt(model: nn.Module, max_decode_len: int | None = None) -> Speech:
+    """:class:`Speech` over ``model``'s own modules; ``max_decode_len`` slots of self-attention cache
+    (at most, and by default, ``config.max_target_positions``)."""
+    check_model(model)
+    config = model.config
+    limit = config.max_target_positions
+    max_decode_len = limit if max_decode_len is None else max_decode_len
+    if not 1 <= max_decode_len <= limit:
+        raise UnsupportedConfig(
+            "max_target_positions", limit, f"a decode length from 1 to {limit} (got {max_decode_len})", config.model_type
+        )
+    encoder, decoder = model.model.encoder, model.model.decoder
+    dtype = decoder.embed_tokens.weight.dtype
+
+    def encoder_layer(i: int, hf: nn.Module) -> EncoderLayer:
+        a = hf.self_attn
+        attention = EncoderAttention(
+            f"encoder.layers.{i}.self_attn", a.num_heads, a.head_dim, q=a.q_proj, k=a.k_proj, v=a.v_proj, o=a.out_proj,
+            scale=a.scaling,
+        )
+        return EncoderLayer(attention, MLP(config.activation_function, fc1=hf.fc1, fc2=hf.fc2),
+                            norm1=hf.self_attn_layer_norm, norm2=hf.final_layer_norm)
+
+    layers, crosses = [], []
+    for i, hf in enumerate(decoder.layers):
+        a, c = hf.self_attn, hf.encoder_attn
+        attention = Attention(
+            f"decoder.layers.{i}.self_attn", AttentionShape(a.num_heads, a.num_heads, a.head_dim),
+            q=a.q_proj, k=a.k_proj, v=a.v_proj, o=a.out_proj, context=max_decode_len, dtype=dtype, scale=a.scaling, rope=None,
+        )
+        cross = CrossAttention(f"decoder.layers.{i}.encoder_attn", c.num_heads, c.head_dim, q=c.q_proj, o=c.out_proj, scale=c.scaling)
+        crosses.append(CrossKeysValues(c.num_heads, c.head_dim, k=c.k_proj, v=c.v_proj))
+        mlp = MLP(config.activation_function, fc1=hf.fc1, fc2=hf.fc2)
+        layers.append(DecoderLayer(attention, cross, mlp, norm1=hf.self_attn_layer_norm, norm2=hf.encoder_attn_layer_norm,
+                                   norm3=hf.final_layer_norm))
+    speech_encoder = SpeechEncoder(
+        conv1=encoder.conv1, conv2=encoder.conv2, positions=encoder.embed_positions.weight,
+        layers=[encoder_layer(i, hf) for i, hf in enumerate(encoder.layers)], norm=encoder.layer_norm, cross=crosses,
+    ).eval()
+    text_decoder = TextDecoder(
+        embed=decoder.embed_tokens, positions=decoder.embed_positions.weight, layers=layers, norm=decoder.layer_norm,
+        max_decode_len=max_decode_len,
+    ).eval()
+    heads, head_dim = crosses[0].heads, crosses[0].head_dim
+    frames = config.max_source_positions
+    return Speech(
+        config.model_type, speech_encoder, text_decoder, config.num_mel_bins, frames,
+        (1, 2 * len(layers) * heads, frames, head_dim),
+    )

@@ -1,0 +1,326 @@
+"""Speech recognition (``coreai_partitioner.speech``): Whisper as ``encoder`` and ``text_decoder`` in one .pte.
+
+Real Whisper base (``tests/real_whisper.py``, from the registry packages'
+CTranslate2 model) on the committed recordings (``tests/speech/*.wav``,
+espeak-ng; ``tests/speech/make.sh`` made them): each form is exported once
+(module fixtures) and every recording goes through it in ExecuTorch's runtime
+(host Core AI backend), as ExecuTorch's ASR runner calls the methods, against
+Hugging Face's ``generate`` (English transcription, no timestamps, its own
+logits processors).  A tiny random Whisper (``speech.tiny``) checks the same
+in both forms, and what the command refuses before any work.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import wave
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+import real_whisper  # noqa: E402
+from upstream_manifest import check_named_data, parse_manifest  # noqa: E402
+
+from coreai_partitioner import save_pte, speech  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
+from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
+from coreai_partitioner.speech import check as speech_check  # noqa: E402
+from coreai_partitioner.speech.device import DeviceTextDecoder  # noqa: E402
+from coreai_partitioner.speech.tiny import tiny_config, tiny_generation_config, tiny_model  # noqa: E402
+
+RECORDINGS = sorted((Path(__file__).parent / "speech").glob("*.wav"))
+#: What espeak-ng was asked to say (tests/speech/make.sh).
+SPOKEN = {
+    "fox": "The quick brown fox jumps over the lazy dog.",
+    "kitchen": "Please turn off the lights in the kitchen before you leave.",
+    "library": "She borrowed three books from the library on Monday.",
+}
+TINY_TOKENS = 12
+needs_whisper = pytest.mark.skipif(real_whisper.package_data() is None, reason=f"needs the Whisper base packages: {real_whisper.INSTALL}")
+
+
+def words(text: str) -> list[str]:
+    return "".join(c if c.isalnum() or c in " '" else " " for c in text.lower()).split()
+
+
+def word_errors(reference: str, hypothesis: str) -> float:
+    ref, hyp = words(reference), words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, word in enumerate(ref, start=1):
+        previous, row[0] = row[0], i
+        for j, other in enumerate(hyp, start=1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
+    return row[len(hyp)] / len(ref)
+
+
+def assert_device_contract(path: Path) -> None:
+    """What upstream's device runtime requires of every delegate, read off the .pte (as tests/test_llm_device.py)."""
+    pte = read_pte(path)
+    delegates = [d for d in pte.delegates if d.method in speech.METHODS]
+    assert sorted(d.method for d in delegates) == sorted(speech.METHODS)  # one delegate per method
+    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
+    for delegate in delegates:
+        manifest = parse_manifest(delegate.payload)
+        check_named_data(manifest, delegate.files)
+        assert manifest["packaging"] == "inline" and manifest["function"] == delegate.method
+        assert manifest.get("runtime_supported", True) is True and "initial_state" not in manifest
+        (call,) = [c for c in pte.plans[delegate.method].delegate_calls if c.delegate_index == delegate.index]
+        arguments = pte.plans[delegate.method].arguments(call)
+        assert len(arguments) == len(manifest["input_names"]) + len(manifest["output_names"])  # nothing hidden as state
+        for argument in arguments:
+            assert argument.kind == "Tensor" and argument.dtype in ("HALF", "FLOAT"), argument
+            assert argument.dynamism == "STATIC" and argument.dim_order == tuple(range(len(argument.sizes))), argument
+    assert len({d.manifest["hash"] for d in delegates}) == 1  # one asset: its weights stored once
+
+
+def asset_composites(path: Path) -> Counter:
+    with tempfile.TemporaryDirectory() as directory:
+        return summarize_ir(asset_ir(read_pte(path).coreai_delegates("encoder")[0].asset_path(directory))).composites()
+
+
+def write_wav(path: Path, rate: int, channels: int, seconds: float) -> Path:
+    with wave.open(str(path), "wb") as file:
+        file.setnchannels(channels)
+        file.setsampwidth(2)
+        file.setframerate(rate)
+        file.writeframes(np.zeros(int(rate * seconds) * channels, dtype="<i2").tobytes())
+    return path
+
+
+# ---------------------------------------------------------------- fast
+
+
+def test_log_mel_is_whisper_feature_extractors_on_every_recording():
+    from transformers import WhisperFeatureExtractor
+
+    extractor = WhisperFeatureExtractor(feature_size=80)
+    assert np.array_equal(speech.mel_filters(), extractor.mel_filters)
+    for wav in RECORDINGS:
+        audio = speech.read_wav(wav)
+        expected = extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
+        torch.testing.assert_close(speech.log_mel(audio), expected, rtol=0, atol=1e-6)
+
+
+def test_feature_settings_round_trip_through_hfs_preprocessor_config(tmp_path):
+    from transformers import WhisperFeatureExtractor
+
+    speech.FeatureSettings(n_mels=128).write(tmp_path)
+    extractor = WhisperFeatureExtractor.from_pretrained(tmp_path)
+    assert (extractor.feature_size, extractor.hop_length, extractor.chunk_length, extractor.n_fft) == (128, 160, 30, 400)
+    assert speech.FeatureSettings.read(tmp_path) == speech.FeatureSettings(n_mels=128)
+
+
+def test_a_recording_not_16_khz_mono_or_longer_than_the_window_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(speech.AudioError, match=r"44100 Hz, 1 channel\(s\); the model takes 16000 Hz mono: convert it: sox"):
+        speech.read_wav(write_wav(tmp_path / "cd.wav", 44100, 1, 0.5))
+    with pytest.raises(speech.AudioError, match=r"16000 Hz, 2 channel\(s\); the model takes 16000 Hz mono"):
+        speech.read_wav(write_wav(tmp_path / "stereo.wav", 16000, 2, 0.5))
+    with pytest.raises(speech.AudioError, match=r"31.0 s; the model's window is 30 s: cut the recording"):
+        speech.read_wav(write_wav(tmp_path / "long.wav", 16000, 1, 31))
+    (tmp_path / "text.wav").write_text("not a wav")
+    with pytest.raises(speech.AudioError, match="not a PCM wav file"):
+        speech.read_wav(tmp_path / "text.wav")
+
+
+def test_decoding_rules_are_generates_english_transcription_prompt_and_suppressions():
+    generation = tiny_generation_config(tiny_config())
+    rules = speech.DecodingRules.of(generation)
+    assert rules.prompt == (257, 258, 260, 261)  # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>
+    assert rules.eos_ids == (256,) and rules.begin_suppress == (32, 256)
+    logits = torch.zeros(262)
+    logits[32], logits[5] = 2.0, 1.0
+    assert rules.pick(logits, 0) == 5 and rules.pick(logits, 1) == 32  # a space is suppressed at the first token only
+    with pytest.raises(speech.DecodingError, match="language 'fr': the model knows en"):
+        speech.DecodingRules.of(generation, language="fr")
+
+
+@pytest.mark.slow
+def test_device_decoder_reads_no_slot_it_has_not_written():
+    model = tiny_model()
+    adapted = speech.adapt(model)
+    decoder = DeviceTextDecoder(adapted.decoder)
+    features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0))
+    ids = [257, 258, 260, 261, 40, 41]
+    with torch.no_grad():
+        cross = adapted.encoder(features)
+        expected = model(input_features=features, decoder_input_ids=torch.tensor([ids])).logits[0]
+        for buffer in adapted.decoder.buffers():
+            buffer.fill_(float("nan"))  # what ExecuTorch 1.5.1 left in an fp16 cache after the encoder ran
+        got = torch.cat([decoder(torch.tensor([[t]]), cross, torch.tensor([i]))[0] for i, t in enumerate(ids)])
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_whisper_checkpoints_are_speech_recognition_and_the_tiny_one_is_the_speech_commands():
+    from coreai_partitioner.cli.export import TASKS, _config_task, task_of
+
+    assert task_of({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"}) == "automatic-speech-recognition"
+    assert TASKS["automatic-speech-recognition"] == "coreai_partitioner.cli.export_asr"
+    assert _config_task("whisper") == "automatic-speech-recognition"
+
+
+def test_the_command_refuses_bad_input_before_any_work(tmp_path):
+    from coreai_partitioner.cli import export_asr
+
+    def settle(*argv):
+        return export_asr.settle(export_asr.build_parser().parse_args([*argv, "--out", str(tmp_path / "out" / "m.pte")]))
+
+    llama = tmp_path / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    with pytest.raises(export_asr.CommandError, match=rf"--checkpoint {llama} is a text-generation checkpoint, not automatic-speech-recognition; export it with"):
+        settle("--checkpoint", str(llama))
+    with pytest.raises(speech.AudioError, match="the model takes 16000 Hz mono"):
+        settle("--transcribe", str(write_wav(tmp_path / "cd.wav", 44100, 2, 0.5)))
+    with pytest.raises(speech.AudioError, match="the model's window is 30 s"):
+        settle("--transcribe", str(write_wav(tmp_path / "long.wav", 16000, 1, 30.5)))
+    with pytest.raises(export_asr.CommandError, match=r"--max-decode-len 65: whisper has 64 decoder positions; give 1 to 64"):
+        settle("--max-decode-len", "65")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@needs_whisper
+def test_the_ctranslate2_model_reads_as_212_tensors_and_splits_into_hfs_whisper_parameters():
+    variables = real_whisper.read_ctranslate2(real_whisper.model_bin())
+    assert len(variables) == 212 + 1  # and the alias of the tied output projection
+    state = real_whisper.hf_state_dict(variables)
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    with torch.device("meta"):
+        model = WhisperForConditionalGeneration(WhisperConfig(**real_whisper._config(variables, json.loads((real_whisper.package_data() / "config.json").read_text()))))
+    expected = {name: tuple(p.shape) for name, p in model.state_dict().items() if name != "proj_out.weight"}
+    assert {name: tuple(a.shape) for name, a in state.items()} == expected
+
+
+# ---------------------------------------------------------------- tiny Whisper, both forms
+
+
+@pytest.mark.slow
+def test_tiny_whisper_device_pte_gives_hfs_encoder_output_logits_and_greedy_ids(tmp_path):
+    model = tiny_model()
+    features = speech.log_mel(speech.read_wav(RECORDINGS[0]))
+    reference = speech_check.reference(model, features, max_new_tokens=TINY_TOKENS)
+    assert len(set(reference.ids)) > 2  # a random model whose tokens vary, so a wrong cache shows
+    path = save_pte(speech.lower_speech(model, target="device"), tmp_path / "model.pte")
+    assert_device_contract(path)
+    # Both functions' composites: the encoder's 2 + 2 layers' LayerNorms and attentions, the decoder's self and cross.
+    assert asset_composites(path) == Counter({"layer_norm": 5 + 7, "scaled_dot_product_attention": 2 + 4})
+    program = speech.SpeechProgram(path)
+    for _ in range(2):  # a second utterance starts at position 0 over what the first left in the caches
+        speech_check.check(program, reference, max_new_tokens=TINY_TOKENS).raise_for_mismatch()
+
+
+@pytest.mark.slow
+def test_the_export_command_verifies_a_tiny_whisper_against_hf_and_transcribes_a_recording(tmp_path):
+    out = tmp_path / "out" / "model.pte"
+    command = [sys.executable, "-m", "coreai_partitioner", "export", "--config", "whisper", "--verify",
+               "--transcribe", str(RECORDINGS[0]), "--out", str(out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2 + 2 layers, fp32, host form" in done.stdout and "\n  same\n" in done.stdout  # --verify: HF's greedy ids
+    assert done.stdout.count(" ok\n") == 2  # the encoder's output and the first logits, by SNR
+    assert f"transcribe {RECORDINGS[0].name} (3.4 s): " in done.stdout
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "generation_config.json", "model.pte", "preprocessor_config.json", "tokenizer.json"
+    ]
+    assert read_pte(out).coreai_delegates("encoder")[0].backend_id == "CoreAICompositeBackend"
+    assert [line for line in done.stderr.splitlines() if line.strip()] == []  # nothing but the command's own output
+
+
+# ---------------------------------------------------------------- real Whisper base
+
+
+@pytest.fixture(scope="module")
+def whisper_base(tmp_path_factory) -> Path:
+    if real_whisper.package_data() is None:
+        pytest.skip(f"needs the Whisper base packages: {real_whisper.INSTALL}")
+    return real_whisper.whisper_base_checkpoint(tmp_path_factory.mktemp("whisper") / "whisper-base")
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(whisper_base) -> dict[str, dict]:
+    """Hugging Face ``generate`` on every recording (fp32 eager): the features, its ids and its text."""
+    from transformers import WhisperForConditionalGeneration, WhisperProcessor
+
+    processor = WhisperProcessor.from_pretrained(whisper_base)
+    model = WhisperForConditionalGeneration.from_pretrained(whisper_base).eval()
+    found = {}
+    for wav in RECORDINGS:
+        features = processor(speech.read_wav(wav), sampling_rate=16000, return_tensors="pt").input_features
+        with torch.no_grad():
+            ids = model.generate(features, language="en", task="transcribe")[0].tolist()
+        found[wav.stem] = {"features": features, "ids": ids, "text": processor.decode(ids, skip_special_tokens=True).strip()}
+    return found
+
+
+def exported(whisper_base: Path, target: str, directory: Path) -> Path:
+    """The checkpoint exported by the command's own road (``export --checkpoint``), its files beside the .pte."""
+    from coreai_partitioner.cli import export_asr
+
+    args = export_asr.build_parser().parse_args(["--checkpoint", str(whisper_base), "--target", target, "--out", str(directory / "model.pte")])
+    export_asr.run(args)
+    return directory / "model.pte"
+
+
+@pytest.fixture(scope="module")
+def device_run(whisper_base, hf_greedy, tmp_path_factory) -> dict:
+    """The device form, end to end on every recording as the ASR runner runs it: ``encoder``, then
+    ``text_decoder`` a token a call in the same loaded program."""
+    path = exported(whisper_base, "device", tmp_path_factory.mktemp("device"))
+    program = speech.SpeechProgram(path)
+    rules = speech.DecodingRules.read(path.parent)
+    found = {"path": path}
+    for stem, expected in hf_greedy.items():
+        cross = program.encoder(expected["features"])
+        found[stem] = {"cross": cross, "decoded": speech.decode(program.text_decoder, cross, rules, max_decode_len=program.max_decode_len)}
+    return found
+
+
+@pytest.mark.slow
+def test_whisper_base_made_from_the_ctranslate2_model_transcribes_the_recordings_in_hf(hf_greedy):
+    for stem, found in hf_greedy.items():
+        assert word_errors(SPOKEN[stem], found["text"]) <= 0.3, (stem, found["text"])
+    assert hf_greedy["library"]["text"] == SPOKEN["library"]
+
+
+@pytest.mark.slow
+def test_whisper_base_device_pte_keeps_the_stock_runtime_contract_and_gives_hf_greedy_ids(device_run, hf_greedy):
+    assert_device_contract(device_run["path"])
+    for stem, expected in hf_greedy.items():
+        decoded = device_run[stem]["decoded"]
+        assert decoded.ended and decoded.ids == expected["ids"], (stem, decoded.ids, expected["text"])
+
+
+@pytest.mark.slow
+def test_whisper_base_host_pte_gives_hf_greedy_ids_on_every_recording(whisper_base, device_run, hf_greedy, tmp_path_factory):
+    """The host form's ``encoder`` is the device form's function (stateless, the same graph): it is run on one
+    recording and must give the device form's output bit for bit; ``text_decoder`` (the caches as Core AI
+    state) then decodes every recording from the encoder outputs the device form's run gave."""
+    path = exported(whisper_base, "host", tmp_path_factory.mktemp("host"))
+    program = speech.SpeechProgram(path)
+    rules = speech.DecodingRules.read(path.parent)
+    assert rules.prompt == (50258, 50259, 50359, 50363) and len(rules.suppress) == 88
+    first = RECORDINGS[0].stem
+    assert torch.equal(program.encoder(hf_greedy[first]["features"]), device_run[first]["cross"])
+    for stem, expected in hf_greedy.items():
+        decoded = speech.decode(program.text_decoder, device_run[stem]["cross"], rules, max_decode_len=program.max_decode_len)
+        assert decoded.ended and decoded.ids == expected["ids"], (stem, decoded.ids, expected["text"])
+        assert program.text(decoded.ids) == expected["text"]
+
+    pte = read_pte(path)  # the weights stored once, and what the runner and an app need beside them
+    weights = (whisper_base / "model.safetensors").stat().st_size  # fp32; the tied output projection is not saved
+    assert pte.size <= 1.01 * weights, (pte.size, weights)
+    assert len({d.manifest["hash"] for d in pte.coreai_delegates()}) == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        "generation_config.json", "model.pte", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json"
+    ]
+    assert program.constant("get_eos_ids") == 50257 and program.constant("decoder_start_token_id") == 50258
+    assert program.settings == speech.FeatureSettings(n_mels=80)

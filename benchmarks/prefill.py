@@ -1,6 +1,6 @@
 """Time to first token through ExecuTorch's stock TextLLMRunner: the device form's static and bounded layouts.
 
-    python benchmarks/prefill.py                         # both layouts, one run; results/prefill.{txt,json}
+    python benchmarks/prefill.py                         # both layouts, one run; results/prefill.{txt,json,png}
     python benchmarks/prefill.py --layers 4 --dim 256 --chunk 32 --prompts 64 256
 
 A random Llama (``--dim``, ``--layers``, the one-character-per-token
@@ -79,17 +79,41 @@ def worker(args: argparse.Namespace) -> dict:
 
 
 def table(results: list[dict], args: argparse.Namespace) -> str:
-    head = ["layout", "export s", "peak RSS MB"]
+    head = ["layout", "export s", "peak RSS MB", "decode step (ms)"]
     for length in args.prompts:
         head += [f"TTFT {length} tok (ms)", f"/ decode step"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for result in results:
-        cells = [result["layout"], f"{result['export_s']:.1f}", f"{result['peak_rss_mb']:,.0f}"]
+        step = statistics.median(row["decode_step_s"] for row in result["prompts"].values())
+        cells = [result["layout"], f"{result['export_s']:.1f}", f"{result['peak_rss_mb']:,.0f}", f"{1000 * step:.0f}"]
         for length in args.prompts:
             row = result["prompts"][str(length)]
             cells += [f"{1000 * row['ttft_s']:,.0f}", f"{row['ttft_s'] / row['decode_step_s']:.1f}x"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    """Time to first token against prompt length, a line per layout, one decode step dashed beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for result in results:
+        lengths = sorted(int(n) for n in result["prompts"])
+        ttft = [1000 * result["prompts"][str(n)]["ttft_s"] for n in lengths]
+        line, = axis.plot(lengths, ttft, marker="o", label=f"{result['layout']}: time to first token")
+        step = 1000 * statistics.median(result["prompts"][str(n)]["decode_step_s"] for n in lengths)
+        axis.axhline(step, linestyle="--", color=line.get_color(), linewidth=0.8, label=f"{result['layout']}: one decode step")
+    axis.set_xlabel("prompt tokens")
+    axis.set_ylabel("ms (TextLLMRunner, Linux CPU runtime)")
+    axis.set_yscale("log")
+    axis.legend(fontsize=8)
+    axis.set_title("Device form: static layout vs bounded forward", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
 
 
 def main() -> None:
@@ -123,6 +147,7 @@ def main() -> None:
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "prefill.txt").write_text(text)
     (args.results / "prefill.json").write_text(json.dumps(results, indent=1) + "\n")
+    plot(results, args.results / "prefill.png")
 
 
 if __name__ == "__main__":

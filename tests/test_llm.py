@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+from requires import require
+
+transformers = require("transformers", "hf")
 
 from executorch.exir import to_edge  # noqa: E402
 from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402

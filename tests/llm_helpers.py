@@ -112,6 +112,61 @@ def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, 
     assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
 
 
+# ---------------------------------------------------------------- broken twins
+
+
+#: What a wrong conversion might compute instead of the model, by name: each makes a twin of a Hugging Face model
+#: or of the eager program a quantized export hands back (``lower_decoder(..., quantized_reference=)``), the same
+#: change to either.  ``tests/test_fidelity.py``, ``test_quantized_schemes.py`` and the real-model tests judge a
+#: right ``.pte`` against each twin's logits: ``llm.check`` must fail it.
+TWINS = ("a perturbed weight", "the first two layers swapped", "SiLU converted as ReLU")
+
+
+def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1)) -> torch.nn.Module:
+    """A copy of ``model`` changed as ``twin`` (one of :data:`TWINS`, or ``"layers i and j swapped"`` with ``swap``).
+
+    - a perturbed weight: each output channel of the last layer's MLP down
+      projection scaled by a seeded factor in [0.5, 1.5] (in a quantized
+      program, its per-channel scales);
+    - layers swapped: every weight of one layer in the other's place;
+    - SiLU converted as ReLU: every SiLU of the model computes ReLU.
+    """
+    import copy
+    import re
+
+    twin_model = copy.deepcopy(model)
+    state = twin_model.state_dict()
+    layer = re.compile(r"(?<![A-Za-z0-9])layers[._](\d+)[._]")
+    if twin == "a perturbed weight":
+        last = max(int(m.group(1)) for key in state for m in [layer.search(key)] if m)
+        down = [k for k in state if re.search(rf"layers[._]{last}[._]mlp[._]down(_proj)?[._]weight([._]scale)?$", k)]
+        key = next((k for k in down if k.endswith("scale")), down[0])
+        factor = 0.5 + torch.rand(state[key].shape[0], generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            state[key].mul_(factor.to(state[key].dtype).reshape(-1, *[1] * (state[key].dim() - 1)))
+    elif "swapped" in twin:
+        first, second = swap
+        other = {str(first): str(second), str(second): str(first)}
+        renamed = {layer.sub(lambda m: m.group(0).replace(m.group(1), other.get(m.group(1), m.group(1))), k, count=1): v
+                   for k, v in state.items()}
+        twin_model.load_state_dict({k: renamed[k] for k in state}, strict=True)
+    elif twin == "SiLU converted as ReLU":
+        if isinstance(twin_model, torch.fx.GraphModule):
+            found = [n for n in twin_model.graph.nodes if n.target is torch.ops.aten.silu.default]
+            for node in found:
+                node.target = torch.ops.aten.relu.default
+            twin_model.recompile()
+        else:
+            found = [m for m in twin_model.modules() if type(getattr(m, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")]
+            for module in found:
+                module.act_fn = torch.nn.ReLU()
+            twin_model.config.get_text_config().hidden_act = "relu"  # what llm.adapt reads, to export the twin
+        assert found, f"{type(model).__name__} computes no SiLU"
+    else:
+        raise ValueError(f"no broken twin {twin!r}: {TWINS}")
+    return twin_model
+
+
 def adapted_and_eager(model_type: str, shapes, prompt: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """Every position's logits of the family's adapted decoder (a prefill of ``prompt`` tokens, then ``steps``
     single-token calls, after a prefill of other tokens) and of Hugging Face eager over the same tokens."""

@@ -72,8 +72,8 @@ def prompt_tokens(length: int = 8, vocab: int = 256, seed: int = 1) -> torch.Ten
     return torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
-def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float]]:
-    """Hugging Face ``generate``'s greedy new tokens, and at each step the margin of its top two logits.
+def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float], list[int]]:
+    """Hugging Face ``generate``'s greedy new tokens, at each step the margin of its top two logits, and the second.
 
     It stops at ``eos``, by default the model's own as ``generate`` does.
     """
@@ -87,11 +87,18 @@ def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None)
     config.output_scores, config.return_dict_in_generate = True, True
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), generation_config=config)
-    top2 = [scores[0].float().topk(2).values for scores in out.scores]
-    return out.sequences[0, len(prompt) :].tolist(), [float(a - b) for a, b in top2]
+    tokens = out.sequences[0, len(prompt) :].tolist()
+    margins, seconds = [], []
+    for scores, chosen in zip(out.scores, tokens):
+        others = scores[0].float().clone()
+        others[chosen] = -torch.inf  # the best other token, whichever way a tie was ordered
+        seconds.append(int(others.argmax()))
+        margins.append(float(scores[0, chosen].float() - others[seconds[-1]]))
+    return tokens, margins, seconds
 
 
-#: Logit margins below which two tokens tie: fp16 resolves about 1e-3 at the logits' scale.
+#: Logit margins below which two tokens tie: what each dtype's rounding can move two logits of these models by
+#: (fp32 about 1e-7 of a logit here; fp16 resolves about 1e-3 at the logits' scale).
 TIES = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 
@@ -99,17 +106,34 @@ def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, 
     """``got`` (new tokens) is HF's greedy continuation of ``prompt``, stopping at ``eos`` as ``generate`` does.
 
     A token may differ only where HF's top two logits tie (fp16 ties are real
-    in a random tiny model: either side may pick either token); the sequences
-    owe each other nothing after that.
+    in a random tiny model: either side may pick either token), and then it
+    must be HF's second token there; the rest must be HF's greedy
+    continuation of the tokens ``got`` took, compared the same way.
     """
-    wanted, margins = hf_greedy(model, prompt, new_tokens, eos)
-    for step, (expected, margin) in enumerate(zip(wanted, margins)):
+    wanted, margins, seconds = hf_greedy(model, prompt, new_tokens, eos)
+    for step, (expected, margin, second) in enumerate(zip(wanted, margins, seconds)):
         if step == len(got):
             raise AssertionError(f"stopped after {got}; HF goes on: {wanted}")
         if got[step] != expected:
-            assert margin < TIES[model.dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
+            assert margin < TIES[model.dtype] and got[step] == second, (
+                f"step {step}: {got} != HF {wanted} (HF's top two {expected}, {second} are {margin:.3g} apart; "
+                f"a tie is below {TIES[model.dtype]:g})"
+            )
+            taken = step + 1
+            if taken < new_tokens and (eos is None or got[step] != eos) and got[step] not in _eos_ids(model, eos):
+                assert_hf_greedy(got[taken:], model, prompt + got[:taken], new_tokens - taken, eos)
+            else:
+                assert len(got) == taken, f"{got} goes on past its end at step {step}"
             return
     assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
+
+
+def _eos_ids(model, eos: int | None) -> set[int]:
+    """The ids ``generate`` stops at: ``eos``, or the model's own."""
+    if eos is not None:
+        return {eos}
+    ids = model.generation_config.eos_token_id
+    return set() if ids is None else {ids} if isinstance(ids, int) else set(ids)
 
 
 # ---------------------------------------------------------------- broken twins

@@ -238,13 +238,17 @@ def expand_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
             continue
         with torch.no_grad():
             value = expanding[node.target](*(v for _, v in args), **{k: v for k, (_, v) in kwargs.items()})
-        name = f"expanded_weight_{len(values)}"
+        source = next((a.target for a in node.all_input_nodes if a.op == "get_attr"), None)
+        name = f"{source.replace('.', '_')}_expanded" if source else f"expanded_weight_{len(values)}"  # the weight's own name
         module.register_buffer(name, value)
         with graph.inserting_before(node):
             read = graph.get_attr(name)
         node.replace_all_uses_with(read)
         graph.erase_node(node)
         values[read] = value
+    for read in [r for r in values if not r.users]:  # an expansion another one consumed: not kept
+        graph.erase_node(read)
+        delattr(module, read.target)
     if values:
         module.recompile()
     return module

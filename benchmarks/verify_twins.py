@@ -11,7 +11,8 @@ with the eager model the ``.pte`` was lowered from (the model at its dtype,
 or the quantized eager model ``lower_decoder(quantized_reference=)`` hands
 back), and with each broken twin of that eager model
 (``tests/llm_helpers.py``, ``broken_twin``: what a wrong conversion could
-compute instead).  The row prints the SNR (dB) of the centered logits
+compute instead; and every SiLU converted as GELU, a subtler twin the tests
+do not hold the check to).  The row prints the SNR (dB) of the centered logits
 against each, the least SNR the runtime's arithmetic allows
 (``fidelity.runtime_threshold``: unit roundoff, the model's widest
 reduction and its depth, less 10 dB), and whether the check passes.  A right
@@ -74,7 +75,7 @@ def row(name: str, make, dtype: torch.dtype, scheme: str | None, shapes: llm.Dec
     logits = llm.check.program_logits(pte, reference, shapes)
     verify.reset_state(pte)
     cells = []
-    for twin in ("right", *TWINS):
+    for twin in ("right", *TWINS, "SiLU converted as GELU"):
         candidate = eager_model if twin == "right" else broken_twin(eager_model, twin)
         eager = llm.check.eager_logits(candidate, reference, shapes)
         report = llm.check.judge(logits, reference, eager=eager, dtype=dtype, quantize=scheme)
@@ -117,7 +118,7 @@ def twins(directory: Path) -> None:
         *((f"wider Llama, fp32 + {scheme}", wider, torch.float32, scheme, WIDER) for scheme in SCHEMES),
     ]
     found = [row(name, make, dtype, scheme, shapes, directory) for name, make, dtype, scheme, shapes in rows]
-    headers = ["row", "least SNR", "the model", *TWINS, "against fp32 (report)"]
+    headers = ["row", "least SNR", "the model", *TWINS, "SiLU converted as GELU", "against fp32 (report)"]
     print("SNR (dB) of the .pte's centered logits against each eager model; --verify passes at the least SNR or above\n")
     print(table(found, headers))
 

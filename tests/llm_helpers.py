@@ -145,15 +145,23 @@ def _eos_ids(model, eos: int | None) -> set[int]:
 #: right ``.pte`` against each twin's logits: ``llm.check`` must fail it.
 TWINS = ("a perturbed weight", "the first two layers swapped", "SiLU converted as ReLU")
 
+#: Twins that convert every SiLU as another activation: its module, its op, its name in a config.  GELU is subtler
+#: than ReLU (benchmarks/results/verify_twins.txt shows where the tolerance can tell it).
+ACTIVATIONS = {
+    "SiLU converted as ReLU": (torch.nn.ReLU, torch.ops.aten.relu.default, "relu"),
+    "SiLU converted as GELU": (torch.nn.GELU, torch.ops.aten.gelu.default, "gelu"),
+}
+
 
 def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1)) -> torch.nn.Module:
-    """A copy of ``model`` changed as ``twin`` (one of :data:`TWINS`, or ``"layers i and j swapped"`` with ``swap``).
+    """A copy of ``model`` changed as ``twin`` (one of :data:`TWINS` or :data:`ACTIVATIONS`, or ``"layers swapped"``
+    with ``swap``).
 
     - a perturbed weight: each output channel of the last layer's MLP down
-      projection scaled by a seeded factor in [0.5, 1.5] (in a quantized
+      projection scaled by a seeded factor in [0, 2] (in a quantized
       program, its per-channel scales);
     - layers swapped: every weight of one layer in the other's place;
-    - SiLU converted as ReLU: every SiLU of the model computes ReLU.
+    - SiLU converted as ReLU (or GELU): every SiLU of the model computes ReLU (GELU).
     """
     import copy
     import re
@@ -165,7 +173,7 @@ def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1
         last = max(int(m.group(1)) for key in state for m in [layer.search(key)] if m)
         down = [k for k in state if re.search(rf"layers[._]{last}[._]mlp[._]down(_proj)?[._]weight([._]scale)?$", k)]
         key = next((k for k in down if k.endswith("scale")), down[0])
-        factor = 0.5 + torch.rand(state[key].shape[0], generator=torch.Generator().manual_seed(0))
+        factor = 2 * torch.rand(state[key].shape[0], generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             state[key].mul_(factor.to(state[key].dtype).reshape(-1, *[1] * (state[key].dim() - 1)))
     elif "swapped" in twin:
@@ -174,17 +182,18 @@ def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1
         renamed = {layer.sub(lambda m: m.group(0).replace(m.group(1), other.get(m.group(1), m.group(1))), k, count=1): v
                    for k, v in state.items()}
         twin_model.load_state_dict({k: renamed[k] for k in state}, strict=True)
-    elif twin == "SiLU converted as ReLU":
+    elif twin in ACTIVATIONS:
+        module_type, op, name = ACTIVATIONS[twin]
         if isinstance(twin_model, torch.fx.GraphModule):
             found = [n for n in twin_model.graph.nodes if n.target is torch.ops.aten.silu.default]
             for node in found:
-                node.target = torch.ops.aten.relu.default
+                node.target = op
             twin_model.recompile()
         else:
             found = [m for m in twin_model.modules() if type(getattr(m, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")]
             for module in found:
-                module.act_fn = torch.nn.ReLU()
-            twin_model.config.get_text_config().hidden_act = "relu"  # what llm.adapt reads, to export the twin
+                module.act_fn = module_type()
+            twin_model.config.get_text_config().hidden_act = name  # what llm.adapt reads, to export the twin
         assert found, f"{type(model).__name__} computes no SiLU"
     else:
         raise ValueError(f"no broken twin {twin!r}: {TWINS}")

@@ -14,7 +14,8 @@ setup(
         "ExecuTorch partitioner that carries coreai-torch externalized submodules "
         "(composite ops) into a Core AI delegate"
     ),
-    long_description=open("README.md", encoding="utf-8").read(),
+    # README's opening paragraph: the whole of README (and docs/) is the checkout's to read.
+    long_description=open("README.md", encoding="utf-8").read().split("\n## ", 1)[0],
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=[

@@ -58,7 +58,7 @@ model's own weights.  Then it is exported with its composites externalized
 decomposed once, partitioned and converted on ATen IR, and only the casts
 left around the delegate become edge dialect.  ``llm/device.py`` makes the
 form upstream's on-device runtime runs; ``llm/check.py`` judges the result
-against the fp32 model.
+against the eager model it was lowered from.
 """
 
 from __future__ import annotations

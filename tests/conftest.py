@@ -9,7 +9,7 @@ waits, so its worker's core runs them; it is first in ``HEAVIEST_FIRST``.
 
 xdist's ``loadfile`` hands whole files to the workers in collection order
 (``--no-loadscope-reorder``), so the files that take longest go first and
-the small ones fill in at the end.
+the small ones fill in at the end.  Each worker computes on one torch thread.
 """
 
 from __future__ import annotations
@@ -26,6 +26,13 @@ import pytest
 import torch
 
 SHIM = Path(__file__).parent / "upstream" / "shim.py"
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # A worker per core (pytest.ini's -n 2): torch's own thread pool beside the other worker's makes 4 threads on
+    # 2 cores, each spinning in OpenMP while it waits, for many times one thread's CPU.  One thread each, and the
+    # processes a test starts inherit it.
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 @dataclass

@@ -72,8 +72,8 @@ def prompt_tokens(length: int = 8, vocab: int = 256, seed: int = 1) -> torch.Ten
     return torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
-def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float]]:
-    """Hugging Face ``generate``'s greedy new tokens, and at each step the margin of its top two logits.
+def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float], list[int]]:
+    """Hugging Face ``generate``'s greedy new tokens, at each step the margin of its top two logits, and the second.
 
     It stops at ``eos``, by default the model's own as ``generate`` does.
     """
@@ -87,11 +87,18 @@ def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None)
     config.output_scores, config.return_dict_in_generate = True, True
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), generation_config=config)
-    top2 = [scores[0].float().topk(2).values for scores in out.scores]
-    return out.sequences[0, len(prompt) :].tolist(), [float(a - b) for a, b in top2]
+    tokens = out.sequences[0, len(prompt) :].tolist()
+    margins, seconds = [], []
+    for scores, chosen in zip(out.scores, tokens):
+        others = scores[0].float().clone()
+        others[chosen] = -torch.inf  # the best other token, whichever way a tie was ordered
+        seconds.append(int(others.argmax()))
+        margins.append(float(scores[0, chosen].float() - others[seconds[-1]]))
+    return tokens, margins, seconds
 
 
-#: Logit margins below which two tokens tie: fp16 resolves about 1e-3 at the logits' scale.
+#: Logit margins below which two tokens tie: what each dtype's rounding can move two logits of these models by
+#: (fp32 about 1e-7 of a logit here; fp16 resolves about 1e-3 at the logits' scale).
 TIES = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 
@@ -99,17 +106,98 @@ def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, 
     """``got`` (new tokens) is HF's greedy continuation of ``prompt``, stopping at ``eos`` as ``generate`` does.
 
     A token may differ only where HF's top two logits tie (fp16 ties are real
-    in a random tiny model: either side may pick either token); the sequences
-    owe each other nothing after that.
+    in a random tiny model: either side may pick either token), and then it
+    must be HF's second token there; the rest must be HF's greedy
+    continuation of the tokens ``got`` took, compared the same way.
     """
-    wanted, margins = hf_greedy(model, prompt, new_tokens, eos)
-    for step, (expected, margin) in enumerate(zip(wanted, margins)):
+    wanted, margins, seconds = hf_greedy(model, prompt, new_tokens, eos)
+    for step, (expected, margin, second) in enumerate(zip(wanted, margins, seconds)):
         if step == len(got):
             raise AssertionError(f"stopped after {got}; HF goes on: {wanted}")
         if got[step] != expected:
-            assert margin < TIES[model.dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
+            assert margin < TIES[model.dtype] and got[step] == second, (
+                f"step {step}: {got} != HF {wanted} (HF's top two {expected}, {second} are {margin:.3g} apart; "
+                f"a tie is below {TIES[model.dtype]:g})"
+            )
+            taken = step + 1
+            if taken < new_tokens and (eos is None or got[step] != eos) and got[step] not in _eos_ids(model, eos):
+                assert_hf_greedy(got[taken:], model, prompt + got[:taken], new_tokens - taken, eos)
+            else:
+                assert len(got) == taken, f"{got} goes on past its end at step {step}"
             return
     assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
+
+
+def _eos_ids(model, eos: int | None) -> set[int]:
+    """The ids ``generate`` stops at: ``eos``, or the model's own."""
+    if eos is not None:
+        return {eos}
+    ids = model.generation_config.eos_token_id
+    return set() if ids is None else {ids} if isinstance(ids, int) else set(ids)
+
+
+# ---------------------------------------------------------------- broken twins
+
+
+#: What a wrong conversion might compute instead of the model, by name: each makes a twin of a Hugging Face model
+#: or of the eager program a quantized export hands back (``lower_decoder(..., quantized_reference=)``), the same
+#: change to either.  ``tests/test_fidelity.py``, ``test_quantized_schemes.py`` and the real-model tests judge a
+#: right ``.pte`` against each twin's logits: ``llm.check`` must fail it.
+TWINS = ("a perturbed weight", "the first two layers swapped", "SiLU converted as ReLU")
+
+#: Twins that convert every SiLU as another activation: its module, its op, its name in a config.  GELU is subtler
+#: than ReLU (benchmarks/results/verify_twins.txt shows where the tolerance can tell it).
+ACTIVATIONS = {
+    "SiLU converted as ReLU": (torch.nn.ReLU, torch.ops.aten.relu.default, "relu"),
+    "SiLU converted as GELU": (torch.nn.GELU, torch.ops.aten.gelu.default, "gelu"),
+}
+
+
+def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1)) -> torch.nn.Module:
+    """A copy of ``model`` changed as ``twin`` (one of :data:`TWINS` or :data:`ACTIVATIONS`, or ``"layers swapped"``
+    with ``swap``).
+
+    - a perturbed weight: each output channel of the last layer's MLP down
+      projection scaled by a seeded factor in [0, 2] (in a quantized
+      program, its per-channel scales);
+    - layers swapped: every weight of one layer in the other's place;
+    - SiLU converted as ReLU (or GELU): every SiLU of the model computes ReLU (GELU).
+    """
+    import copy
+    import re
+
+    twin_model = copy.deepcopy(model)
+    state = twin_model.state_dict()
+    layer = re.compile(r"(?<![A-Za-z0-9])layers[._](\d+)[._]")
+    if twin == "a perturbed weight":
+        last = max(int(m.group(1)) for key in state for m in [layer.search(key)] if m)
+        down = [k for k in state if re.search(rf"layers[._]{last}[._]mlp[._]down(_proj)?[._]weight([._]scale)?$", k)]
+        key = next((k for k in down if k.endswith("scale")), down[0])
+        factor = 2 * torch.rand(state[key].shape[0], generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            state[key].mul_(factor.to(state[key].dtype).reshape(-1, *[1] * (state[key].dim() - 1)))
+    elif "swapped" in twin:
+        first, second = swap
+        other = {str(first): str(second), str(second): str(first)}
+        renamed = {layer.sub(lambda m: m.group(0).replace(m.group(1), other.get(m.group(1), m.group(1))), k, count=1): v
+                   for k, v in state.items()}
+        twin_model.load_state_dict({k: renamed[k] for k in state}, strict=True)
+    elif twin in ACTIVATIONS:
+        module_type, op, name = ACTIVATIONS[twin]
+        if isinstance(twin_model, torch.fx.GraphModule):
+            found = [n for n in twin_model.graph.nodes if n.target is torch.ops.aten.silu.default]
+            for node in found:
+                node.target = op
+            twin_model.recompile()
+        else:
+            found = [m for m in twin_model.modules() if type(getattr(m, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")]
+            for module in found:
+                module.act_fn = module_type()
+            twin_model.config.get_text_config().hidden_act = name  # what llm.adapt reads, to export the twin
+        assert found, f"{type(model).__name__} computes no SiLU"
+    else:
+        raise ValueError(f"no broken twin {twin!r}: {TWINS}")
+    return twin_model
 
 
 def adapted_and_eager(model_type: str, shapes, prompt: int, steps: int = 4) -> tuple[torch.Tensor, torch.Tensor]:

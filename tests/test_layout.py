@@ -1,4 +1,5 @@
-"""The tree shows the architecture: a stage is a folder, each imports only the stages before it, README draws it."""
+"""The tree shows the architecture: a stage is a folder, each imports only the stages before it, docs/architecture.md
+draws it."""
 
 from __future__ import annotations
 
@@ -102,14 +103,15 @@ def test_no_modules_import_each_other_even_through_others():
     assert not circles, "\n".join(circles)
 
 
-def readme_tree() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Layout", 1)[1]
+def drawn_tree() -> list[str]:
+    """The Layout drawing of docs/architecture.md, a line per folder or file."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    section = page.split("## Layout", 1)[1]
     return section.split("```", 2)[1].splitlines()[1:]
 
 
-def test_readme_draws_every_stage_folder_with_a_line_and_names_only_paths_that_exist():
-    tree = readme_tree()
+def test_the_architecture_page_draws_every_stage_folder_and_names_only_paths_that_exist():
+    tree = drawn_tree()
     drawn = [re.match(r"[\s│├└─]*(\S+)", line).group(1) for line in tree if line.strip()]
     folders = {f"{p.relative_to(PACKAGE).as_posix()}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert folders <= set(drawn), f"not drawn: {sorted(folders - set(drawn))}"
@@ -123,7 +125,7 @@ def test_readme_draws_every_stage_folder_with_a_line_and_names_only_paths_that_e
         while parents[-1][0] >= depth:
             parents.pop()
         path = parents[-1][1] / name.rstrip("/")
-        assert path.exists(), f"README's layout draws {name} under {parents[-1][1].relative_to(ROOT)}/, which has no such path"
+        assert path.exists(), f"docs/architecture.md's layout draws {name} under {parents[-1][1].relative_to(ROOT)}/, which has no such path"
         if name.endswith("/"):
             parents.append((depth, path))
 

@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+from requires import require
+
+transformers = require("transformers", "hf")
 
 from executorch.exir import to_edge  # noqa: E402
 from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
@@ -433,3 +435,23 @@ def test_enumerated_pte_runs_in_executorchs_runtime(exported):
     model, path = exported("mistral", torch.float32, ENUMERATED)
     start = prompt_tokens(11)[0].tolist()  # one full chunk, then three real tokens padded in front
     assert_hf_greedy(llm.greedy_decode(path, start, 8, ENUMERATED)[11:], model, start, 8)
+
+
+def test_hf_greedy_tokens_may_differ_only_at_a_tie_to_hfs_second_and_then_follow_hfs_continuation():
+    model = tiny("llama")
+    prompt = prompt_tokens(6)[0].tolist()
+    with torch.no_grad():
+        wanted = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, 6:].tolist()
+        first, other = wanted[0], (wanted[0] + 1) % model.config.vocab_size
+        model.lm_head.weight[other] = model.lm_head.weight[first]  # two tokens tie exactly at every position
+        taken = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0, 6:].tolist()
+    hf_pick, tied = min(first, other), max(first, other)  # argmax takes the first of equals
+    assert taken[0] == hf_pick
+    assert_hf_greedy(taken, model, prompt, 6)
+    with torch.no_grad():  # the other side of the tie, then HF's own continuation of it: honest
+        rest = model.generate(torch.tensor([prompt + [tied]]), max_new_tokens=5, do_sample=False, pad_token_id=0)[0, 7:].tolist()
+    assert_hf_greedy([tied, *rest], model, prompt, 6)
+    with pytest.raises(AssertionError, match="HF's top two"):  # the other side of the tie, then anything
+        assert_hf_greedy([tied, *[(t + 1) % model.config.vocab_size for t in rest]], model, prompt, 6)
+    with pytest.raises(AssertionError, match="a tie is below"):  # no tie at all
+        assert_hf_greedy([(first + 2) % model.config.vocab_size, *rest], model, prompt, 6)

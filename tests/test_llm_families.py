@@ -23,7 +23,9 @@ from collections import Counter
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+from requires import require
+
+require("transformers", "hf")
 
 from llm_helpers import ROWS, adapted_and_eager, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("transformers")
+from requires import require
+
+require("transformers", "hf")
 
 pytestmark = pytest.mark.slow
 

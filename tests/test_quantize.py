@@ -12,8 +12,10 @@ from collections import Counter
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-pytest.importorskip("coreai_opt")
+from requires import require
+
+require("transformers", "hf")
+require("coreai_opt", "quantize")
 
 from coreai_torch import get_decomp_table  # noqa: E402
 from executorch.exir import to_edge_transform_and_lower  # noqa: E402

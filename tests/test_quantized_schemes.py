@@ -10,8 +10,10 @@ with ``llm.lower_decoder``.  Each scheme's ``.pte`` is:
   and scales in fp32, as this model's dtype) plus the other parameters and
   :data:`FIXED` bytes of program; ``palettize4`` at most 0.30x the fp16 weights;
 - the same composites as the float model (the family's row in ``ROWS``);
-- ExecuTorch's runtime equals the quantized eager model (the program
-  ``quantize`` made, before lowering): the prompt's logits, then greedy tokens.
+- what ``export-llm --verify`` passes: ``llm.check`` finds its logits within
+  the fp32 runtime's rounding of the quantized eager model's (the program
+  ``quantize`` made, before lowering) over the verify tokens, and fails it
+  against each broken twin of that eager model (``llm_helpers.TWINS``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("transformers")
-pytest.importorskip("coreai_opt")
+from requires import require
 
-from llm_helpers import ROWS, prompt_tokens  # noqa: E402
+require("transformers", "hf")
+require("coreai_opt", "quantize")
+
+from llm_helpers import ROWS, TWINS, broken_twin  # noqa: E402
 from test_llm_families import asset_composites, wider  # noqa: E402
 
-from coreai_partitioner import llm, save_pte, verify  # noqa: E402
+from coreai_partitioner import llm, save_pte  # noqa: E402
 from coreai_partitioner.quantize.schemes import SCHEMES, scheme  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -35,8 +39,6 @@ SIZES = dict(hidden_size=256, intermediate_size=1024, vocab_size=1024)
 #: The .pte's bytes besides the weights: ExecuTorch's own and the Core AI program with its dequantizing ops
 #: (5 kB and 13 kB float at this depth: README, "Quantized weights"), with room.
 FIXED = 40_000
-PROMPT = 8
-NEW_TOKENS = 8
 
 
 class Lowered:
@@ -100,19 +102,40 @@ def test_each_scheme_keeps_every_composite(lowered):
     assert {name: counts[name] for name in ROWS["llama"]} == ROWS["llama"]
 
 
-def test_each_schemes_pte_equals_its_quantized_eager_model(lowered):
-    prompt = prompt_tokens(PROMPT, vocab=SIZES["vocab_size"])
-    with torch.no_grad():
-        expected = lowered.eager(prompt, torch.arange(PROMPT))
-    verify.reset_state(lowered.pte)
-    (got,) = verify.run(lowered.pte, prompt, torch.arange(PROMPT))
-    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+def test_llm_check_passes_each_schemes_pte_against_its_quantized_eager_model_and_fails_its_broken_twins(lowered):
+    reference = llm.check.reference(lowered.model, SHAPES)  # the fp32 model: its tokens, and the quality report
+    eager = llm.check.eager_logits(lowered.eager, reference, SHAPES)
+    logits = llm.check.program_logits(lowered.pte, reference, SHAPES)
+    report = llm.check.judge(logits, reference, eager=eager, quantize=lowered.scheme)
+    assert report.ok, report
+    assert report.picked == report.eager_picked, report  # each step's top-1 is the quantized eager model's
+    for twin in TWINS:
+        wrong = llm.check.eager_logits(broken_twin(lowered.eager, twin), reference, SHAPES)
+        report = llm.check.judge(logits, reference, eager=wrong, quantize=lowered.scheme)
+        row = report.signal.outputs[0]
+        assert not report.ok and row.snr < row.threshold.snr, (lowered.scheme, twin, str(report))
 
-    tokens = prompt[0].tolist()
-    eager = llm.reset_state(lowered.eager)
+
+def test_tables_expand_by_one_gather_as_coreai_torchs_lut_to_dense():
+    from coreai_partitioner import _compat
+    from coreai_partitioner.quantize.weight_forms import expand_tables
+
+    generator = torch.Generator().manual_seed(0)
+    for shape, groups in (((64, 48), (2, 1)), ((3, 64, 16), (3, 4, 1))):  # a Linear; experts, a table each
+        indices = torch.randint(0, 16, shape, generator=generator, dtype=torch.uint8)
+        lut = torch.randn(*groups, 16, 1, generator=generator)
+        expected = _compat.compression_ops().lut_to_dense.default(indices, lut, 0)
+        assert torch.equal(expand_tables(indices, lut, 0), expected), shape
+
+
+def test_expanding_a_quantized_eager_models_weights_once_leaves_its_logits_as_they_were(lowered):
+    import copy
+
+    from coreai_partitioner.quantize.weight_forms import expand_weights
+
+    tokens, positions = torch.arange(3, 3 + SHAPES.prefill_chunk)[None], torch.arange(SHAPES.prefill_chunk)
     with torch.no_grad():
-        logits = eager(prompt, torch.arange(PROMPT))
-        while len(tokens) < PROMPT + NEW_TOKENS:
-            tokens.append(int(logits[0, -1].argmax()))
-            logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
-    assert llm.greedy_decode(lowered.pte, prompt[0].tolist(), NEW_TOKENS, SHAPES, eos_ids=()) == tokens
+        expected = llm.reset_state(copy.deepcopy(lowered.eager))(tokens, positions)
+        expanded = expand_weights(llm.reset_state(copy.deepcopy(lowered.eager)))
+        assert any(n.op == "get_attr" and n.target.endswith("_expanded") for n in expanded.graph.nodes)
+        assert torch.equal(expanded(tokens, positions), expected)

@@ -6,6 +6,7 @@ import pytest
 import torch
 from executorch.export import ExportRecipe, recipe_registry
 from helpers import TwoNorms, seeded
+from requires import require
 
 from coreai_partitioner import lower, recipes, save_pte
 from coreai_partitioner.lowering.precision import floating_as
@@ -87,7 +88,7 @@ EQUIVALENT = {
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", list(EQUIVALENT), ids=[r.name for r in EQUIVALENT])
 def test_a_recipes_pte_is_byte_for_byte_lowers_with_the_same_options(recipe, tmp_path):
-    pytest.importorskip("coreai_opt")
+    require("coreai_opt", "quantize")
     model, x = seeded(TwoNorms(dim=64)), torch.randn(2, 4, 64)
     session = recipes.export(model, [(x,)], export_recipe=ExportRecipe.get_recipe(recipe))
     ours = pte_of_session(session, tmp_path / "recipe.pte")

@@ -14,7 +14,9 @@ import sys
 
 import pytest
 
-pytest.importorskip("coreai_opt")  # upstream's quantizer tests need it (the quantize extra)
+from requires import require
+
+require("coreai_opt", "quantize")  # upstream's quantizer tests need it (the quantize extra)
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,9 @@ metadata methods ExecuTorch's ``TextLLMRunner`` reads.  The checkpoint's
 tokenizer (``tokenizer.json``, a SentencePiece or tiktoken
 ``tokenizer.model``) is checked with ExecuTorch's runner tokenizers before
 anything is exported and copied beside the .pte with its chat template.
-``--verify`` judges the .pte against the fp32 model before keeping it
+``--verify`` judges the .pte against the eager model it was lowered from
+(the quantized eager model for ``--quantize``), within the runtime's own
+rounding, and reports how far it is from the fp32 model, before keeping it
 (:mod:`coreai_partitioner.llm.check`).  ``--chat`` applies the checkpoint's
 chat template to a message and answers it through ``TextLLMRunner``;
 ``--generate`` continues raw text.  ``--config`` builds a tiny random model
@@ -108,7 +110,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--no-tokenizer", action="store_true", help="export without the checkpoint's tokenizer")
     parser.add_argument("--dry-run", action="store_true", help="print what would be exported, convert nothing")
     parser.add_argument(
-        "--verify", action="store_true", help="judge the .pte against the fp32 model (SNR, greedy tokens) before keeping it"
+        "--verify",
+        action="store_true",
+        help="judge the .pte against its eager model (SNR within the runtime's rounding, top-1) before keeping it",
     )
     parser.add_argument("--generate", metavar="PROMPT", help="continue raw text from the .pte in ExecuTorch's runtime")
     parser.add_argument(
@@ -156,7 +160,6 @@ class Plan:
     config: Any
     tokenizer: Any  # llm.tokenizer.Tokenizer or None
     chat_prompt: str | None
-    threshold: Any  # fidelity.Threshold when verifying
 
     @property
     def dtype(self) -> torch.dtype:
@@ -188,8 +191,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def settle(args: argparse.Namespace) -> Plan:
-    """Every check that needs no weights: shapes, family, config, tokenizer, chat template, verify threshold."""
-    from coreai_partitioner.verify import fidelity
+    """Every check that needs no weights: shapes, family, config, tokenizer, chat template."""
     from coreai_partitioner.llm import DecoderShapes
 
     try:
@@ -201,13 +203,12 @@ def settle(args: argparse.Namespace) -> Plan:
     if args.new_tokens < 1:
         raise CommandError(f"--new-tokens {args.new_tokens}: give at least 1")
     config = model_config(args)
-    threshold = fidelity.threshold_for(DTYPES[args.dtype], args.quantize) if args.verify else None
     found = choose_tokenizer(args)
     for flag in ("generate", "chat"):
         if getattr(args, flag) is not None and args.checkpoint and found is None:
             raise CommandError(f"--{flag} needs a tokenizer, and this export has none")
     prompt = chat_prompt(args) if args.chat is not None else None
-    return Plan(args, shapes, config, found, prompt, threshold)
+    return Plan(args, shapes, config, found, prompt)
 
 
 def model_config(args: argparse.Namespace):
@@ -310,11 +311,11 @@ def export(plan: Plan, partial: Path) -> Path | None:
 
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
     from coreai_partitioner.llm import byte_tokenizer, lower_decoder, tokenizer
-    from coreai_partitioner.llm.check import reference
+    from coreai_partitioner.llm.check import eager_logits, reference
 
     args, shapes = plan.args, plan.shapes
     phases: dict[str, float] = {}
-    verified = None
+    verified = eager = None
     with tqdm(total=4 if args.verify else 3, unit="phase", leave=False) as bar:
         model = None
         if args.verify:
@@ -334,7 +335,12 @@ def export(plan: Plan, partial: Path) -> Path | None:
         bar.update()
         bar.set_description("export and lower")
         start = time.perf_counter()
-        lowered = lower_decoder(model, shapes, **lowering_options(args))
+        if verified is not None and plan.dtype != torch.float32 and not args.quantize:
+            eager = eager_logits(model, verified, shapes)  # the model at its dtype: what the .pte must compute
+        held: list | None = [] if verified is not None and args.quantize else None
+        lowered = lower_decoder(model, shapes, quantized_reference=held, **lowering_options(args))
+        if held:
+            eager = eager_logits(held.pop(), verified, shapes)  # the quantized eager model
         phases["export and lower"] = time.perf_counter() - start
         bar.update()
         bar.set_description("write")
@@ -362,7 +368,7 @@ def export(plan: Plan, partial: Path) -> Path | None:
     print(f"  .pte {pte.size:,} bytes, weights {weights:,} bytes ({pte.size / weights:.3f}x)")
     print("  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items()))
     if verified is not None:
-        verify_pte(plan, partial, verified)
+        verify_pte(plan, partial, verified, eager)
     partial.replace(args.out)
     if plan.tokenizer is not None:
         written = tokenizer.copy(plan.tokenizer, args.out.parent)[0]
@@ -375,16 +381,17 @@ def export(plan: Plan, partial: Path) -> Path | None:
     return written
 
 
-def verify_pte(plan: Plan, pte: Path, verified) -> None:
-    """Print the .pte's report against the fp32 model; a .pte that falls short is not kept."""
+def verify_pte(plan: Plan, pte: Path, verified, eager) -> None:
+    """Print the .pte's report against its eager model (``eager``'s logits; the fp32 model's when ``None``) and the
+    fp32 model; a .pte that falls short of its eager model is not kept."""
     from coreai_partitioner.llm.check import check
 
     start = time.perf_counter()
     with console.NativeStreams():
-        report = check(pte, verified, plan.shapes, dtype=plan.dtype, quantize=plan.args.quantize, threshold=plan.threshold)
+        report = check(pte, verified, plan.shapes, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
     print(f"\n{report}\n  ({time.perf_counter() - start:.1f} s)")
     if not report.ok:
-        raise CommandError(f"the .pte is not close enough to the fp32 model; {plan.args.out} not written")
+        raise CommandError(f"the .pte is not close enough to {report.against}; {plan.args.out} not written")
 
 
 # ---------------------------------------------------------------- running the .pte

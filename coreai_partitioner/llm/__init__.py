@@ -19,7 +19,8 @@ The road of a checkpoint:
    state; the runner's metadata methods ride along (:func:`runner_metadata`).
 4. **Run** (:func:`greedy_decode`, ExecuTorch's ``TextLLMRunner``).
 5. **Verify** (:mod:`.check`): the program's logits and greedy tokens
-   against the fp32 model, by SNR and near-ties (:mod:`coreai_partitioner.verify.fidelity`).
+   against the eager model it was lowered from, within the runtime's rounding
+   (:mod:`coreai_partitioner.verify.fidelity`), and against the fp32 model as a report.
 
 ``python -m coreai_partitioner export-llm`` (:mod:`.cli`) is this road from the command line.
 """

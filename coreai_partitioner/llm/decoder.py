@@ -10,15 +10,12 @@ delegate's state, carried from call to call.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from coreai_partitioner.llm.blocks import Attention, RopeTable, Step
-
-logger = logging.getLogger(__name__)
 
 
 class Decoder(nn.Module):

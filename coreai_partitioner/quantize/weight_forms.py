@@ -40,7 +40,7 @@ DECOMPRESS_OP = "constexpr_blockwise_shift_scale"
 #: The op that expands a palettized weight on device.
 LUT_OP = "lut_to_dense"
 
-__all__ = ["Compressed", "Form", "compress"]
+__all__ = ["Compressed", "Form", "compress", "expand_tables", "expand_weights"]
 
 #: Bits each form takes.
 BITS = {"int": (4, 8), "lut": (4, 8)}
@@ -189,3 +189,66 @@ def _integers(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor
     scale = (amax / levels).clamp(min=torch.finfo(torch.float32).tiny)
     data = torch.clamp(torch.round(w / expand(scale)), -levels - 1, levels).to(torch.int8)
     return data, scale
+
+
+def expand_tables(indices: torch.Tensor, lut: torch.Tensor, axis: int = 0) -> torch.Tensor:
+    """What ``coreai::lut_to_dense`` computes, by one gather for tables of scalars (``lut``'s last dim 1: every
+    form here).  coreai-torch's own eager implementation repeats each table once per weight (a ``palettize8``
+    weight 256 times over), which makes a palettized program's eager model slow to run and large in memory."""
+    if lut.shape[-1] != 1:
+        return _compat.compression_ops().lut_to_dense.default(indices, lut, axis)
+    tables = lut[..., 0]  # [groups per dim of indices..., 2 ** bits]
+    rank = indices.dim()
+    groups = tuple(
+        (torch.arange(size) // (size // tables.shape[dim])).reshape([size if d == dim else 1 for d in range(rank)])
+        for dim, size in enumerate(indices.shape)
+    )
+    return tables[(*groups, indices.long())]
+
+
+def expand_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``module`` (a quantized program's eager model, ``program.module()``) with every compressed weight expanded
+    once, in place: each ``lut_to_dense`` (by :func:`expand_tables`) and ``constexpr_blockwise_shift_scale`` call
+    over the module's own constants is computed and stored as a buffer the graph reads, so a call runs as the
+    float model's does instead of expanding every weight again.  Holds the expanded weights' memory."""
+    ops = _compat.compression_ops()
+    decompress = getattr(ops, DECOMPRESS_OP).default
+    expanding = {getattr(ops, LUT_OP).default: expand_tables, expand_tables: expand_tables, decompress: decompress}
+    graph = module.graph
+    values: dict[torch.fx.Node, torch.Tensor] = {}
+
+    def constant(arg: Any) -> tuple[bool, Any]:
+        if not isinstance(arg, torch.fx.Node):
+            return True, arg
+        if arg in values:
+            return True, values[arg]
+        if arg.op == "get_attr":
+            value = module
+            for part in arg.target.split("."):
+                value = getattr(value, part)
+            return True, value
+        return False, None
+
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in expanding:
+            continue
+        args = [constant(a) for a in node.args]
+        kwargs = {k: constant(v) for k, v in node.kwargs.items()}
+        if not all(ok for ok, _ in [*args, *kwargs.values()]):
+            continue
+        with torch.no_grad():
+            value = expanding[node.target](*(v for _, v in args), **{k: v for k, (_, v) in kwargs.items()})
+        source = next((a.target for a in node.all_input_nodes if a.op == "get_attr"), None)
+        name = f"{source.replace('.', '_')}_expanded" if source else f"expanded_weight_{len(values)}"  # the weight's own name
+        module.register_buffer(name, value)
+        with graph.inserting_before(node):
+            read = graph.get_attr(name)
+        node.replace_all_uses_with(read)
+        graph.erase_node(node)
+        values[read] = value
+    for read in [r for r in values if not r.users]:  # an expansion another one consumed: not kept
+        graph.erase_node(read)
+        delattr(module, read.target)
+    if values:
+        module.recompile()
+    return module

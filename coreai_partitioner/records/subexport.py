@@ -18,7 +18,6 @@ attribute of an unknown type) is never shared.
 from __future__ import annotations
 
 import enum
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +28,6 @@ from coreai_partitioner import _compat
 from coreai_partitioner.records.checks import is_class_forward
 from coreai_partitioner.records.programs import with_own_graph
 
-logger = logging.getLogger(__name__)
 
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype, torch.device, torch.Size)
 

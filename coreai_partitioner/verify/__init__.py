@@ -7,7 +7,7 @@
 
 - :mod:`.execution`: run a program, its delegates from the asset that ships.
 - :mod:`.report`: compare outputs element by element (:func:`check`, :func:`compare`).
-- :mod:`.fidelity`: judge a low-precision program against its fp32 model by SNR, PSNR and top-1.
+- :mod:`.fidelity`: judge a program by SNR and top-1 within the runtime's rounding; its cost against fp32, reported.
 - :mod:`.quantized`: a quantized program against its quantized eager model, the float error reported.
 - :mod:`.describe`: what a ``.pte`` ships (``python -m coreai_partitioner inspect``).
 - :mod:`.testing`: one-call checks for CI jobs.

@@ -10,7 +10,6 @@ an in-memory program runs its operators outside the delegates in PyTorch.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import tempfile
 import weakref
@@ -25,7 +24,6 @@ from coreai_partitioner import _compat
 from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset
 from coreai_partitioner.backends.apple_coreai.runtime.pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
 
-logger = logging.getLogger(__name__)
 
 class UnsupportedProgram(ValueError):
     """The program cannot be run here; the message says what is supported."""

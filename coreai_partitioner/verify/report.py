@@ -104,7 +104,6 @@ def check(
     rtol: float | None = None,
     atol: float | None = None,
     dtype: torch.dtype | str | None = None,
-    quantize: str | None = None,
     threshold: Any = None,
     logits: bool = False,
     method: str = "forward",
@@ -116,21 +115,24 @@ def check(
     By default each output is compared element by element, with tolerances
     that follow its dtype (fp32 tighter than fp16/bf16).
 
-    A low-precision program is judged against the fp32 model instead: pass
-    the ``dtype`` and ``quantize`` scheme it was lowered with (``lower``'s
-    keywords), and each output needs the SNR and PSNR of
-    :func:`coreai_partitioner.verify.fidelity.threshold_for` (or pass a
-    ``fidelity.Threshold`` as ``threshold``); the result is a
-    ``fidelity.SignalReport``.  With ``logits`` the outputs are logits
-    (centered before SNR, and each position's top-1 must agree unless the
-    reference has a near-tie there).  A dtype or scheme without a threshold is
-    refused before the program runs.
+    With ``dtype`` (what the program was lowered with) each output is judged
+    by SNR against the tolerance of the runtime's arithmetic at that dtype
+    instead (:func:`coreai_partitioner.verify.fidelity.runtime_threshold_of`
+    the ``reference`` module, or pass a ``fidelity.Threshold`` as
+    ``threshold``); the result is a ``fidelity.SignalReport``.  The
+    reference is then the model at that dtype (the quantized eager model
+    for a quantized program: :func:`~.quantized.check_quantized`).  With
+    ``logits`` the outputs are logits (centered before SNR, and each
+    position's top-1 must agree unless the reference has a near-tie there).
+    A dtype without runtime numerics is refused before the program runs.
     """
-    judged = dtype is not None or quantize is not None or threshold is not None
+    judged = dtype is not None or threshold is not None
     if logits and not judged:
-        raise ValueError("logits=True judges by SNR: also pass dtype= (and quantize=) the program was lowered with, or threshold=")
+        raise ValueError("logits=True judges by SNR: also pass dtype= the program was lowered with, or threshold=")
     if judged and threshold is None:
-        threshold = fidelity.threshold_for(torch.float32 if dtype is None else dtype, quantize)
+        if not isinstance(reference, torch.nn.Module):
+            raise ValueError("dtype= takes the tolerance from the reference module's shape: pass the module, or threshold=")
+        threshold = fidelity.runtime_threshold_of(reference, dtype)
     actual = run(program, *inputs, method=method, sidecar_dir=sidecar_dir)
     if callable(reference):
         with torch.no_grad():
@@ -138,6 +140,6 @@ def check(
     else:
         expected = as_tuple(reference)
     if judged:
-        name = fidelity.precision_name(torch.float32 if dtype is None else dtype, quantize) if dtype or quantize else ""
+        name = fidelity.precision_name(dtype) if dtype is not None else ""
         return fidelity.compare(actual, expected, threshold, logits=logits, precision=name)
     return compare(actual, expected, rtol, atol)

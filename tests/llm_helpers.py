@@ -153,6 +153,13 @@ ACTIVATIONS = {
 }
 
 
+def perturb_channels(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` with each output channel (row) scaled in place by a seeded factor in [0, 2]: a perturbed weight."""
+    factor = 2 * torch.rand(weight.shape[0], generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        return weight.mul_(factor.to(weight.dtype).reshape(-1, *[1] * (weight.dim() - 1)))
+
+
 def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1)) -> torch.nn.Module:
     """A copy of ``model`` changed as ``twin`` (one of :data:`TWINS` or :data:`ACTIVATIONS`, or ``"layers swapped"``
     with ``swap``).
@@ -172,10 +179,7 @@ def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1
     if twin == "a perturbed weight":
         last = max(int(m.group(1)) for key in state for m in [layer.search(key)] if m)
         down = [k for k in state if re.search(rf"layers[._]{last}[._]mlp[._]down(_proj)?[._]weight([._]scale)?$", k)]
-        key = next((k for k in down if k.endswith("scale")), down[0])
-        factor = 2 * torch.rand(state[key].shape[0], generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            state[key].mul_(factor.to(state[key].dtype).reshape(-1, *[1] * (state[key].dim() - 1)))
+        perturb_channels(state[next((k for k in down if k.endswith("scale")), down[0])])
     elif "swapped" in twin:
         first, second = swap
         other = {str(first): str(second), str(second): str(first)}

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import torch
-from transformers import SiglipVisionConfig, WhisperConfig
-from transformers.models.siglip.modeling_siglip import SiglipEncoderLayer
-from transformers.models.whisper.modeling_whisper import WhisperEncoderLayer
+from requires import require
 
-from coreai_partitioner.llm.blocks import MLP, EncoderAttention, EncoderLayer
+require("transformers", "hf")
+
+from transformers import SiglipVisionConfig, WhisperConfig  # noqa: E402
+from transformers.models.siglip.modeling_siglip import SiglipEncoderLayer  # noqa: E402
+from transformers.models.whisper.modeling_whisper import WhisperEncoderLayer  # noqa: E402
+
+from coreai_partitioner.llm.blocks import MLP, EncoderAttention, EncoderLayer  # noqa: E402
 
 
 def _randomized(module: torch.nn.Module) -> torch.nn.Module:

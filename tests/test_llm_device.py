@@ -23,7 +23,9 @@ from collections import Counter
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+from requires import require  # noqa: E402
+
+require("transformers", "hf")
 
 from llm_helpers import ROWS, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 from test_llm_families import wider  # noqa: E402

@@ -24,9 +24,12 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+from requires import require  # noqa: E402
+
+require("transformers", "hf")
 
 import real_whisper  # noqa: E402
+from llm_helpers import perturb_channels  # noqa: E402
 from upstream_manifest import check_named_data, parse_manifest  # noqa: E402
 
 from coreai_partitioner import save_pte, speech  # noqa: E402
@@ -216,6 +219,15 @@ def test_tiny_whisper_device_pte_gives_hfs_encoder_output_logits_and_greedy_ids(
     program = speech.SpeechProgram(path)
     for _ in range(2):  # a second utterance starts at position 0 over what the first left in the caches
         speech_check.check(program, reference, max_new_tokens=TINY_TOKENS).raise_for_mismatch()
+    # A conversion that gets one weight wrong: the right .pte against a twin whose last encoder (decoder) layer's
+    # MLP output projection has each channel scaled in [0, 2] fails on the encoder's output (on the logits only).
+    for part in ("encoder", "decoder"):
+        twin = tiny_model()
+        perturb_channels(getattr(twin.model, part).layers[-1].fc2.weight)
+        report = speech_check.check(program, speech_check.reference(twin, features, max_new_tokens=TINY_TOKENS),
+                                    max_new_tokens=TINY_TOKENS)
+        encoder_output, logits = report.signal.outputs
+        assert not report.ok and not logits.ok and encoder_output.ok is (part == "decoder"), report
 
 
 @pytest.mark.slow

@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 import torch
 
-pytest.importorskip("transformers")
+from requires import require  # noqa: E402
 
-from llm_helpers import TIES  # noqa: E402
+require("transformers", "hf")
+
+from llm_helpers import TIES, perturb_channels  # noqa: E402
 
 from coreai_partitioner import llm, save_pte, verify, vision  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -150,6 +152,20 @@ def test_each_familys_methods_fed_segment_by_segment_are_hf_eager(model_type):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits, reference.logits, rtol=1e-4, atol=1e-5)
     assert run.greedy(vlm, reference.segments, NEW_TOKENS, eos_ids=[2]) == reference.tokens
+
+
+@pytest.mark.parametrize("part", ["tower", "decoder"])
+def test_verify_fails_the_methods_against_a_twin_with_one_perturbed_weight(part):
+    """A conversion that gets one weight wrong: the right methods judged against a twin whose last tower (or
+    decoder) layer's MLP output projection has each channel scaled in [0, 2] must fail the check."""
+    model = tiny_vlm("idefics3")
+    processed = prompt("idefics3", vision.family_of(model.config).tiny_processor(model.config))
+    vlm = vision.adapt(model, SHAPES)
+    twin = tiny_vlm("idefics3")
+    weight = {"tower": "vision_model.encoder.layers.1.mlp.fc2.weight", "decoder": "text_model.layers.1.mlp.down_proj.weight"}
+    perturb_channels(twin.model.get_parameter(weight[part]))
+    report = check.check(vlm, check.reference(twin, processed, vlm.image_token_id, vlm.image_tokens))
+    assert not report.logits.ok and report.features.ok is (part == "decoder"), report
 
 
 def test_gemma3_image_tokens_attend_each_other_both_ways_as_hf_token_type_ids_make_them():
@@ -333,7 +349,8 @@ def test_the_command_exports_the_device_form_in_fp16_quantized_verifies_it_and_w
         "--out", str(out),
     )
     assert status == 0, err[-3000:]
-    assert "thresholds of fp16 + palettize4" in printed  # judged by SNR against the fp32 model and "3 Core AI delegate(s), 1 asset" in printed
+    assert "against the quantized eager model (fp16 + palettize4)" in printed and "the runtime's fp16 arithmetic" in printed
+    assert "logits against the fp32 model (a report)" in printed and "3 Core AI delegate(s), 1 asset" in printed
     assert sorted(p.name for p in out.parent.iterdir()) == ["model.pte", "preprocessor_config.json", "tokenizer.json"]
     preprocessor = json.loads((out.parent / "preprocessor_config.json").read_text())
     assert preprocessor["max_image_size"] == {"longest_edge": 32} and len(preprocessor["image_mean"]) == 3

@@ -17,8 +17,9 @@ length) and ``generation_config.json`` (the decoder prompt and the
 suppressed tokens).  ``--target device`` is the form upstream's on-device Core
 AI runtime runs (``CoreAIBackend``, fp16/fp32 tensors only, caches owned by
 ExecuTorch).  ``--verify`` judges the encoder's output, the first logits and
-the greedy ids against Hugging Face eager in fp32 before keeping the .pte (on
-``--transcribe``'s recording, or a seeded noise).  ``--transcribe`` reads a
+the greedy ids against the Hugging Face model at ``--dtype`` before keeping
+the .pte, fp32's beside them as a report (on ``--transcribe``'s recording, or
+a seeded noise).  ``--transcribe`` reads a
 16 kHz mono wav of at most 30 s and prints its text, through ExecuTorch's
 runtime.  Nothing is downloaded.  Needs the hf extra.
 """
@@ -27,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner import console
+from coreai_partitioner.cli.command import CommandError, run_command
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 
@@ -54,10 +54,6 @@ def tiny_configs() -> list[str]:
     return [NAME]
 
 
-class CommandError(Exception):
-    """Bad input or a failed check: one line for the user, no traceback."""
-
-
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group()
@@ -73,7 +69,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-decode-len", type=int, help="self-attention cache slots (default the model's max_target_positions)")
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
-    parser.add_argument("--verify", action="store_true", help="judge the .pte against Hugging Face eager in fp32 before keeping it")
+    parser.add_argument("--verify", action="store_true", help="judge the .pte against Hugging Face eager at --dtype before keeping it")
     parser.add_argument("--transcribe", type=Path, metavar="WAV", help="print the text of a 16 kHz mono wav of at most 30 s")
     parser.add_argument("--language", default="en", help="the decoder prompt's language (a multilingual model's)")
     parser.add_argument("--task", dest="speech_task", choices=("transcribe", "translate"), default="transcribe")
@@ -83,22 +79,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the command; returns the exit status (errors print one line naming what and the fix)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    console.quiet_dependencies(any(a in ("-v", "--verbose") for a in argv))
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-
-    def one_line(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"{parser.prog}: warning: {message}", file=sys.stderr if file is None else file)
-
-    shown, warnings.showwarning = warnings.showwarning, one_line
-    try:
-        run(args)
-    except CommandError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    finally:
-        warnings.showwarning = shown
-    return 0
+    return run_command(build_parser, run, argv, prog)
 
 
 # ---------------------------------------------------------------- before any export work
@@ -250,13 +231,14 @@ def export(plan: Plan, partial: Path) -> None:
 
     args = plan.args
     phases: dict[str, float] = {}
-    verified = None
+    verified = eager = None
     model = None
     if args.verify:
         start = time.perf_counter()
         model = load_model(plan, torch.float32)
-        verified = reference(model, verify_features(plan), language=args.language, task=args.speech_task,
-                             max_new_tokens=VERIFY_TOKENS)
+        features = verify_features(plan)
+        verified = eager = reference(model, features, language=args.language, task=args.speech_task,
+                                     max_new_tokens=VERIFY_TOKENS)
         if plan.dtype != torch.float32:
             model = None
         phases["fp32 reference"] = time.perf_counter() - start
@@ -264,6 +246,10 @@ def export(plan: Plan, partial: Path) -> None:
     if model is None:
         model = load_model(plan, plan.dtype)
     phases["load"] = time.perf_counter() - start
+    if args.verify and plan.dtype != torch.float32:
+        start = time.perf_counter()  # the eager model the .pte is lowered from is what it is judged against
+        eager = reference(model, features, language=args.language, task=args.speech_task, max_new_tokens=VERIFY_TOKENS)
+        phases[f"{args.dtype} reference"] = time.perf_counter() - start
     speech = adapt(model, args.max_decode_len)
     lowered = lower_speech(model, target=args.target, speech=speech, phases=phases)
     start = time.perf_counter()
@@ -287,7 +273,7 @@ def export(plan: Plan, partial: Path) -> None:
     del model
     directory = args.out.parent
     if verified is not None:
-        verify_pte(plan, partial, verified)
+        verify_pte(plan, partial, verified, eager)
     partial.replace(args.out)
     written = write_companions(plan, directory)
     print(f"wrote {args.out} and {', '.join(p.name for p in written)}")
@@ -309,17 +295,17 @@ def write_companions(plan: Plan, directory: Path) -> list[Path]:
     return written
 
 
-def verify_pte(plan: Plan, pte: Path, verified) -> None:
-    """Print the .pte's report against HF eager in fp32; a .pte that falls short is not kept."""
+def verify_pte(plan: Plan, pte: Path, verified, eager) -> None:
+    """Print the .pte's report against HF eager at its dtype (and fp32's, a report); a .pte that falls short is not kept."""
     from coreai_partitioner.speech import SpeechProgram
     from coreai_partitioner.speech.check import check
 
     start = time.perf_counter()
     with console.NativeStreams():
-        report = check(SpeechProgram(pte), verified, dtype=plan.dtype, max_new_tokens=VERIFY_TOKENS)
+        report = check(SpeechProgram(pte), verified, eager=eager, dtype=plan.dtype, max_new_tokens=VERIFY_TOKENS)
     print(f"\n{report}\n  ({time.perf_counter() - start:.1f} s)")
     if not report.ok:
-        raise CommandError(f"the .pte is not close enough to Hugging Face eager; {plan.args.out} not written")
+        raise CommandError(f"the .pte is not close enough to the Hugging Face model it was lowered from; {plan.args.out} not written")
 
 
 def transcribe(plan: Plan) -> None:

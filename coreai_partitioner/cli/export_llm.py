@@ -31,7 +31,6 @@ extra: ``pip install 'coreai-partitioner[hf]'``.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner import console
+from coreai_partitioner.cli.command import CommandError, run_command
 from coreai_partitioner.backends.apple_coreai import debug_info
 from coreai_partitioner.quantize import SCHEMES
 
@@ -71,10 +71,6 @@ def tiny_configs() -> list[str]:
     from coreai_partitioner.llm import supported
 
     return list(supported())
-
-
-class CommandError(Exception):
-    """Bad input or a failed check: one line for the user, no traceback."""
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -130,22 +126,7 @@ def lowering_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the command; returns the exit status (errors print one line naming what and the fix)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    console.quiet_dependencies(any(a in ("-v", "--verbose") for a in argv))  # before the parser imports them
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-
-    def one_line(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"{parser.prog}: warning: {message}", file=sys.stderr if file is None else file)
-
-    shown, warnings.showwarning = warnings.showwarning, one_line  # this run's warnings, one line each
-    try:
-        run(args)
-    except CommandError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    finally:
-        warnings.showwarning = shown
-    return 0
+    return run_command(build_parser, run, argv, prog)
 
 
 # ---------------------------------------------------------------- before any export work

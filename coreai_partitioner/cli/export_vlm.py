@@ -16,8 +16,9 @@ weights once; plus the runner's metadata methods.  Beside it: the
 checkpoint's ``tokenizer.json`` and ``preprocessor_config.json`` (the size,
 mean and std the caller resizes and normalizes an image with: the runner
 does neither).  ``--verify`` judges image embeddings, logits and greedy
-tokens against the fp32 model before keeping the .pte
-(:mod:`coreai_partitioner.vision.check`); ``--generate`` runs the prompt and
+tokens against the eager model it was lowered from (quantized, at
+``--dtype``) before keeping the .pte, the fp32 model's distance beside them
+as a report (:mod:`coreai_partitioner.vision.check`); ``--generate`` runs the prompt and
 ``--image`` through ``MultimodalRunner``.  ``--config`` builds a tiny random
 model of a family with a one-character-per-token tokenizer.  Nothing is
 downloaded.  Needs the hf extra.
@@ -26,7 +27,6 @@ downloaded.  Needs the hf extra.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner import console
+from coreai_partitioner.cli.command import CommandError, run_command
 from coreai_partitioner.quantize import SCHEMES
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -46,10 +47,6 @@ def tiny_configs() -> list[str]:
     from coreai_partitioner.vision import supported
 
     return list(supported())
-
-
-class CommandError(Exception):
-    """Bad input or a failed check: one line for the user, no traceback."""
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -79,7 +76,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
     parser.add_argument("--no-tokenizer", action="store_true", help="export without the checkpoint's tokenizer")
     parser.add_argument("--dry-run", action="store_true", help="print what would be exported, convert nothing")
-    parser.add_argument("--verify", action="store_true", help="judge the .pte against the fp32 model before keeping it")
+    parser.add_argument("--verify", action="store_true", help="judge the .pte against the eager model it was lowered from before keeping it")
     parser.add_argument(
         "--image", type=Path,
         help="an image file (the processor resizes it) or a .pt tensor of pixel values [3, H, W], for --verify and --generate",
@@ -93,22 +90,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the command; returns the exit status (errors print one line naming what and the fix)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    console.quiet_dependencies(any(a in ("-v", "--verbose") for a in argv))
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-
-    def one_line(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"{parser.prog}: warning: {message}", file=sys.stderr if file is None else file)
-
-    shown, warnings.showwarning = warnings.showwarning, one_line
-    try:
-        run(args)
-    except CommandError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
-    finally:
-        warnings.showwarning = shown
-    return 0
+    return run_command(build_parser, run, argv, prog)
 
 
 # ---------------------------------------------------------------- before any export work
@@ -125,7 +107,6 @@ class Plan:
     tokenizer: Any  # llm.tokenizer.Tokenizer or None
     processor: Any  # the HF processor, when --verify or --generate needs it
     pixels: torch.Tensor | None  # --image's pixel values, when it is a tensor
-    threshold: Any
 
     @property
     def dtype(self) -> torch.dtype:
@@ -163,9 +144,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def settle(args: argparse.Namespace) -> Plan:
-    """Every check that needs no weights: config and family, shapes, tokenizer, processor, image, threshold."""
+    """Every check that needs no weights: config and family, shapes, tokenizer, processor, image."""
     from coreai_partitioner.llm import DecoderShapes
-    from coreai_partitioner.verify import fidelity
     from coreai_partitioner.vision import check_config, family_of
 
     for flag in ("num_layers", "vision_layers"):
@@ -185,12 +165,11 @@ def settle(args: argparse.Namespace) -> Plan:
     except ValueError as error:
         raise CommandError(str(error)) from None
     check_config(config, shapes)
-    threshold = fidelity.threshold_for(DTYPES[args.dtype], args.quantize) if args.verify else None
     if args.generate is not None and args.image is None:
         raise CommandError("--generate needs an --image")
     processor = load_processor(args, config, family) if (args.verify or args.generate is not None) else None
     pixels = load_pixels(args, config) if args.image is not None else None
-    return Plan(args, shapes, config, family, choose_tokenizer(args), processor, pixels, threshold)
+    return Plan(args, shapes, config, family, choose_tokenizer(args), processor, pixels)
 
 
 def smallest_window(text_config) -> int | None:
@@ -376,7 +355,8 @@ def export(plan: Plan, partial: Path) -> None:
         bar.update()
         bar.set_description("export and lower")
         start = time.perf_counter()
-        lowered = lower_vlm(model, shapes, vlm=vlm, quantize=args.quantize)
+        quantized: dict = {}
+        lowered = lower_vlm(model, shapes, vlm=vlm, quantize=args.quantize, quantized_reference=quantized)
         phases["export and lower"] = time.perf_counter() - start
         bar.update()
         bar.set_description("write")
@@ -399,22 +379,34 @@ def export(plan: Plan, partial: Path) -> None:
           f"{weights:,} bytes ({pte.size / weights:.3f}x)")
     print("  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in phases.items()))
     if verified is not None:
-        verify_pte(plan, partial, verified)
+        verify_pte(plan, partial, verified, eager_outputs(plan, vlm, quantized, verified))
     partial.replace(args.out)
     written = write_beside(plan, args.out.parent)
     print(f"wrote {args.out}" + (f" and {', '.join(p.name for p in written)}" if written else ""))
 
 
-def verify_pte(plan: Plan, pte: Path, verified) -> None:
-    """Print the .pte's report against the fp32 model; a .pte that falls short is not kept."""
+def eager_outputs(plan: Plan, vlm, quantized: dict, verified) -> tuple | None:
+    """What the .pte is judged against: the eager model it was lowered from, fed as the runner feeds it (the
+    quantized eager methods under --quantize, the model at --dtype otherwise); None for fp32, the reference's."""
+    from coreai_partitioner.vision.check import program_outputs
+    from coreai_partitioner.vision.run import Methods
+
+    if quantized:
+        return program_outputs(Methods.of(quantized), verified)
+    return None if plan.dtype == torch.float32 else program_outputs(Methods.of(vlm), verified)
+
+
+def verify_pte(plan: Plan, pte: Path, verified, eager) -> None:
+    """Print the .pte's report against the eager model it was lowered from (the fp32 model's distance beside
+    it); a .pte that falls short is not kept."""
     from coreai_partitioner.vision.check import check
 
     start = time.perf_counter()
     with console.NativeStreams():
-        report = check(pte, verified, dtype=plan.dtype, quantize=plan.args.quantize, threshold=plan.threshold)
+        report = check(pte, verified, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
     print(f"\n{report}\n  ({time.perf_counter() - start:.1f} s)")
     if not report.ok:
-        raise CommandError(f"the .pte is not close enough to the fp32 model; {plan.args.out} not written")
+        raise CommandError(f"the .pte is not close enough to {report.against}; {plan.args.out} not written")
 
 
 def write_beside(plan: Plan, directory: Path) -> list[Path]:

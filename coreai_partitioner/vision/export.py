@@ -220,6 +220,7 @@ def lower_vlm(
     vlm: VisionLanguage | None = None,
     quantize: Any = None,
     metadata: dict[str, Any] | None = None,
+    quantized_reference: dict | None = None,
     **partitioner_options: Any,
 ):
     """Export and lower ``model``'s three methods to one Core AI asset, with the runner's metadata.
@@ -228,7 +229,10 @@ def lower_vlm(
     ``.pte``).  ``vlm`` is :func:`adapt`'s, when the caller made it already;
     ``quantize`` is :func:`export_methods`'.  ``metadata`` adds constant
     methods to :func:`runner_metadata`'s, which win where both name one
-    (optimum-executorch's ``modality``, ``vision_token_id``).
+    (optimum-executorch's ``modality``, ``vision_token_id``).  A dict passed
+    as ``quantized_reference`` gets, under ``quantize``, each method's
+    quantized eager program (``{method: GraphModule}``, what ``--verify``
+    judges the ``.pte`` against; :meth:`.run.Methods.of` runs it).
     """
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
@@ -246,6 +250,8 @@ def lower_vlm(
         partitioner_options = {**partitioner_options, "take_over_mutable_buffer": False}
     methods = {}
     exported = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
+    if quantize and quantized_reference is not None:
+        quantized_reference.update({method: program.module() for method, (program, _) in exported.items()})
     for method, (program, records) in exported.items():
         partitioner = CoreAIPartitioner(externalized_modules=records, share_asset=True, **partitioner_options)
         methods[method] = (program, partitioner)

@@ -91,10 +91,25 @@ class Methods:
 
     @classmethod
     def of(cls, program: Any) -> Methods:
-        """The methods of an eager :class:`~.model.VisionLanguage`, a lowered program (``EdgeProgramManager`` or
-        its ``to_executorch()``) or a ``.pte`` (path or bytes), run in ExecuTorch's runtime."""
+        """The methods of an eager :class:`~.model.VisionLanguage`; of a quantized eager program (the
+        ``{method: GraphModule}`` that ``lower_vlm(..., quantized_reference=)`` fills, its weights expanded once,
+        in copies); of a lowered program (``EdgeProgramManager`` or its ``to_executorch()``) or a ``.pte`` (path or
+        bytes), run in ExecuTorch's runtime."""
         from coreai_partitioner.vision.model import VisionLanguage
 
+        if isinstance(program, dict):
+            import copy
+
+            from coreai_partitioner.llm.decoder import reset_state
+            from coreai_partitioner.quantize.weight_forms import expand_weights
+
+            modules = {method: expand_weights(copy.deepcopy(module)) for method, module in program.items()}
+
+            def quantized(method: str, *inputs: torch.Tensor) -> torch.Tensor:
+                with torch.no_grad():
+                    return modules[method](*inputs)
+
+            return cls(quantized, lambda: [reset_state(m) for m in modules.values()] and None)
         if isinstance(program, VisionLanguage):
             from coreai_partitioner.llm.decoder import reset_state
 

@@ -33,17 +33,23 @@ class UnsupportedModel(ValueError):
     """A model no family adapts; names its ``model_type``, the families, and the way out."""
 
 
-@functools.cache
-def registry() -> dict[str, ModuleType]:
-    """``model_type`` -> its family module."""
+def family_modules(path: Any, package: str) -> dict[str, ModuleType]:
+    """``model_type`` -> its family module, over the modules of the package ``package`` at ``path`` (its
+    ``__path__``) whose names do not start with ``_``: each names the types it adapts in ``MODEL_TYPES``."""
     families: dict[str, ModuleType] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+    for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
         if info.name.startswith("_"):
             continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
+        module = importlib.import_module(f"{package}.{info.name}")
         for model_type in module.MODEL_TYPES:
             families[model_type] = module
     return families
+
+
+@functools.cache
+def registry() -> dict[str, ModuleType]:
+    """``model_type`` -> its family module."""
+    return family_modules(__path__, __name__)
 
 
 def supported() -> tuple[str, ...]:

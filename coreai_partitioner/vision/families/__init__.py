@@ -21,25 +21,17 @@ Modules whose name starts with ``_`` are not families.
 from __future__ import annotations
 
 import functools
-import importlib
-import pkgutil
 from types import ModuleType
 from typing import Any
 
+from coreai_partitioner.llm.families import family_modules
 from coreai_partitioner.vision.errors import UnsupportedVisionModel
 
 
 @functools.cache
 def registry() -> dict[str, ModuleType]:
     """``model_type`` -> its family module."""
-    families: dict[str, ModuleType] = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for model_type in module.MODEL_TYPES:
-            families[model_type] = module
-    return families
+    return family_modules(__path__, __name__)
 
 
 def supported() -> tuple[str, ...]:

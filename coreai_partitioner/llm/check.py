@@ -218,16 +218,11 @@ def judge(
     ``dtype`` (:meth:`Reference.threshold`) unless ``threshold`` is given.
     """
     precision = fidelity.precision_name(dtype, quantize)
-    if eager is None:
-        if quantize is not None or fidelity.precision_name(dtype) != "fp32":
-            raise ValueError(
-                f"a {precision} program is checked against the eager model it was lowered from: pass eager= "
-                "(eager_logits of the model at its dtype, or of lower_decoder's quantized_reference)"
-            )
-        eager = reference.logits
+    how = "eager_logits of the model at its dtype, or of lower_decoder's quantized_reference"
+    eager = fidelity.against(eager, reference.logits, dtype, quantize, how=how)
     if threshold is None:
         threshold = reference.threshold(dtype)
-    arithmetic = f"the runtime's {fidelity.precision_name(dtype)} arithmetic at width {reference.width}, depth {reference.depth}"
+    arithmetic = fidelity.arithmetic(dtype, width=reference.width, depth=reference.depth)
     signal = fidelity.compare([actual], [eager], threshold, logits=True, precision=arithmetic)
     quality = fidelity.quality(actual, reference.logits)
     start = reference.prompt_positions - 1

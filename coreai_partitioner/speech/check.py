@@ -161,17 +161,13 @@ def check(
     is given.
     """
     precision = fidelity.precision_name(dtype)
-    if eager is None:
-        if precision != "fp32":
-            raise ValueError(f"a {precision} program is checked against the eager model it was lowered from: pass eager= "
-                             "(reference() of the model at its dtype)")
-        eager = reference
+    eager = fidelity.against(eager, reference, dtype, how="reference() of the model at its dtype")
     threshold = threshold or reference.threshold(dtype)
     cross = program.encoder(eager.features)
     logits = program_logits(program, cross, eager)
     decoded = decode(program.text_decoder, cross, eager.rules, max_decode_len=program.max_decode_len,
                      max_new_tokens=max_new_tokens)
-    arithmetic = f"the runtime's {precision} arithmetic at width {reference.width}, depth {reference.depth}"
+    arithmetic = fidelity.arithmetic(dtype, width=reference.width, depth=reference.depth)
     encoder_report = fidelity.compare([cross.float()], [eager.cross], threshold, precision=arithmetic)
     logits_report = fidelity.compare([logits], [eager.logits], threshold, logits=True)
     rows = (encoder_report.outputs[0], dataclasses.replace(logits_report.outputs[0], index=1))

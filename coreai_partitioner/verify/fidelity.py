@@ -55,6 +55,8 @@ __all__ = [
     "SignalReport",
     "Threshold",
     "UnknownPrecision",
+    "against",
+    "arithmetic",
     "centered",
     "compare",
     "precision_name",
@@ -141,6 +143,25 @@ def runtime_threshold_of(model: torch.nn.Module, dtype: torch.dtype | str) -> Th
 def precision_name(dtype: torch.dtype | str = torch.float32, quantize: str | None = None) -> str:
     """``"fp16"``, ``"fp32 + int4"``: what a program was lowered with."""
     return _name(dtype) + (f" + {quantize}" if quantize else "")
+
+
+def arithmetic(dtype: torch.dtype | str, *, width: int, depth: int) -> str:
+    """What :func:`runtime_threshold` takes its tolerance from, in words (a report's precision line)."""
+    return f"the runtime's {_name(dtype)} arithmetic at width {width}, depth {depth}"
+
+
+def against(eager: Any, fp32: Any, dtype: torch.dtype | str, quantize: str | None = None, *, how: str) -> Any:
+    """What a program lowered at ``dtype`` with ``quantize`` is judged against: ``eager``, the outputs of the eager
+    model it was lowered from.  An fp32 program of the fp32 model may leave it out (``None``): ``fp32``, the fp32
+    model's outputs, are its eager model's.  Any other program without it is refused, ``how`` saying how to make it."""
+    if eager is not None:
+        return eager
+    if quantize is None and _name(dtype) == "fp32":
+        return fp32
+    raise ValueError(
+        f"a {precision_name(dtype, quantize)} program is checked against the eager model it was lowered from: "
+        f"pass eager= ({how})"
+    )
 
 
 def centered(logits: torch.Tensor) -> torch.Tensor:

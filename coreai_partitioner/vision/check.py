@@ -168,17 +168,11 @@ def check(
     (:meth:`Reference.threshold`) unless ``threshold`` is given.
     """
     precision = fidelity.precision_name(dtype, quantize)
-    if eager is None:
-        if quantize is not None or fidelity.precision_name(dtype) != "fp32":
-            raise ValueError(
-                f"a {precision} program is checked against the eager model it was lowered from: pass eager= "
-                "(program_outputs of Methods.of the model at its dtype, or of lower_vlm's quantized_reference)"
-            )
-        eager = (reference.features, reference.logits)
+    how = "program_outputs of Methods.of the model at its dtype, or of lower_vlm's quantized_reference"
+    eager_features, eager_logits = fidelity.against(eager, (reference.features, reference.logits), dtype, quantize, how=how)
     if threshold is None:
         threshold = reference.threshold(dtype)
-    arithmetic = f"the runtime's {fidelity.precision_name(dtype)} arithmetic at width {reference.width}, depth {reference.depth}"
-    eager_features, eager_logits = eager
+    arithmetic = fidelity.arithmetic(dtype, width=reference.width, depth=reference.depth)
     features, logits = program_outputs(program, reference)
     # At unit RMS: SNR is a ratio, but fidelity's regularizers (1e-5 of signal power) are sized for values near 1,
     # and a tiny random model's features are far smaller.

@@ -109,7 +109,11 @@ class Methods:
                 with torch.no_grad():
                     return modules[method](*inputs)
 
-            return cls(quantized, lambda: [reset_state(m) for m in modules.values()] and None)
+            def reset() -> None:
+                for module in modules.values():
+                    reset_state(module)
+
+            return cls(quantized, reset)
         if isinstance(program, VisionLanguage):
             from coreai_partitioner.llm.decoder import reset_state
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -52,22 +51,6 @@ ROWS = {
 
 def recordings() -> list[Path]:
     return sorted(RECORDINGS.glob("*.wav"))
-
-
-def normalized(text: str) -> list[str]:
-    """The words of ``text``, lowercased, punctuation dropped (apostrophes kept inside words)."""
-    return re.sub(r"[^\w' ]+", " ", text.lower()).split()
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Word edit distance over the reference's word count (normalized words)."""
-    ref, hyp = normalized(reference), normalized(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, start=1):
-        previous, row[0] = row[0], i
-        for j, other in enumerate(hyp, start=1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
-    return row[len(hyp)] / max(len(ref), 1)
 
 
 def checkpoint(cache_dir: Path) -> Path:
@@ -183,8 +166,8 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
             "ids": decoded.ids,
             "text": text,
             "same_ids": decoded.ids == ref["ids"],
-            "same_text": normalized(text) == normalized(ref["text"]),
-            "wer": word_error_rate(ref["text"], text),
+            "same_text": speech.normalized_words(text) == speech.normalized_words(ref["text"]),
+            "wer": speech.word_error_rate(ref["text"], text),
             "encoder_s": decoded.encoder_seconds,
             "per_token_ms": 1000 * decoded.seconds_per_token,
             "tokens": decoded.steps,

@@ -29,7 +29,7 @@ require("transformers", "hf")
 
 from llm_helpers import ROWS, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 from test_llm_families import wider  # noqa: E402
-from upstream_manifest import check_named_data, parse_manifest  # noqa: E402
+from device_contract import device_delegate_arguments  # noqa: E402
 
 from coreai_partitioner import llm, save_pte, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -50,28 +50,11 @@ def assert_device_contract(path, methods=("forward",), chunk: int = CHUNK, bound
 
     ``bounded``: the bounded layout, its sequence dimension up to ``chunk`` (else every shape static).
     """
-    pte = read_pte(path)
-    assert set(methods) <= set(pte.methods)
-    delegates = [d for d in pte.delegates if d.method in methods]
-    assert sorted(d.method for d in delegates) == sorted(methods)  # one delegate per method
-    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
-    for delegate in delegates:
-        manifest = parse_manifest(delegate.payload)  # every rule of upstream's parse_manifest
-        check_named_data(manifest, delegate.files)
-        assert manifest["packaging"] == "inline"
-        assert manifest["function"] == delegate.method
-        assert manifest.get("runtime_supported", True) is True and "initial_state" not in manifest
-        (call,) = [c for c in pte.plans[delegate.method].delegate_calls if c.delegate_index == delegate.index]
-        arguments = pte.plans[delegate.method].arguments(call)
-        # Nothing hidden as state: the function's inputs and outputs are exactly what the call passes.
-        assert len(arguments) == len(manifest["input_names"]) + len(manifest["output_names"])
+    for arguments in device_delegate_arguments(path, methods).values():
         for argument in arguments:
-            assert argument.kind == "Tensor" and argument.dtype in ("HALF", "FLOAT"), argument
-            assert argument.dim_order == tuple(range(len(argument.sizes))), argument
             assert argument.dynamism in (("STATIC", "DYNAMIC_BOUND") if bounded else ("STATIC",)), argument
         if bounded:  # the tokens and positions: T bounded by the chunk, the bound declared in the .pte
             assert {a.sizes for a in arguments if a.dynamism == "DYNAMIC_BOUND"} >= {(1, chunk), (chunk,)}
-    assert len({d.manifest["hash"] for d in delegates}) == 1  # one asset: its weights stored once
     metadata = {name: verify.run(path, method=name)[0] for name in ("get_max_seq_len", "enable_dynamic_shape")}
     assert metadata == {"get_max_seq_len": chunk, "enable_dynamic_shape": bounded}
 

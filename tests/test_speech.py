@@ -30,7 +30,7 @@ require("transformers", "hf")
 
 import real_whisper  # noqa: E402
 from llm_helpers import perturb_channels  # noqa: E402
-from upstream_manifest import check_named_data, parse_manifest  # noqa: E402
+from device_contract import device_delegate_arguments  # noqa: E402
 
 from coreai_partitioner import save_pte, speech  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -50,38 +50,10 @@ TINY_TOKENS = 12
 needs_whisper = pytest.mark.skipif(real_whisper.package_data() is None, reason=f"needs the Whisper base packages: {real_whisper.INSTALL}")
 
 
-def words(text: str) -> list[str]:
-    return "".join(c if c.isalnum() or c in " '" else " " for c in text.lower()).split()
-
-
-def word_errors(reference: str, hypothesis: str) -> float:
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, word in enumerate(ref, start=1):
-        previous, row[0] = row[0], i
-        for j, other in enumerate(hyp, start=1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
-    return row[len(hyp)] / len(ref)
-
-
 def assert_device_contract(path: Path) -> None:
-    """What upstream's device runtime requires of every delegate, read off the .pte (as tests/test_llm_device.py)."""
-    pte = read_pte(path)
-    delegates = [d for d in pte.delegates if d.method in speech.METHODS]
-    assert sorted(d.method for d in delegates) == sorted(speech.METHODS)  # one delegate per method
-    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
-    for delegate in delegates:
-        manifest = parse_manifest(delegate.payload)
-        check_named_data(manifest, delegate.files)
-        assert manifest["packaging"] == "inline" and manifest["function"] == delegate.method
-        assert manifest.get("runtime_supported", True) is True and "initial_state" not in manifest
-        (call,) = [c for c in pte.plans[delegate.method].delegate_calls if c.delegate_index == delegate.index]
-        arguments = pte.plans[delegate.method].arguments(call)
-        assert len(arguments) == len(manifest["input_names"]) + len(manifest["output_names"])  # nothing hidden as state
-        for argument in arguments:
-            assert argument.kind == "Tensor" and argument.dtype in ("HALF", "FLOAT"), argument
-            assert argument.dynamism == "STATIC" and argument.dim_order == tuple(range(len(argument.sizes))), argument
-    assert len({d.manifest["hash"] for d in delegates}) == 1  # one asset: its weights stored once
+    """What upstream's device runtime requires of every delegate, read off the .pte; every shape static."""
+    for arguments in device_delegate_arguments(path, speech.METHODS).values():
+        assert all(argument.dynamism == "STATIC" for argument in arguments), arguments
 
 
 def asset_composites(path: Path) -> Counter:
@@ -299,7 +271,7 @@ def device_run(whisper_base, hf_greedy, tmp_path_factory) -> dict:
 @pytest.mark.slow
 def test_whisper_base_made_from_the_ctranslate2_model_transcribes_the_recordings_in_hf(hf_greedy):
     for stem, found in hf_greedy.items():
-        assert word_errors(SPOKEN[stem], found["text"]) <= 0.3, (stem, found["text"])
+        assert speech.word_error_rate(SPOKEN[stem], found["text"]) <= 0.3, (stem, found["text"])
     assert hf_greedy["library"]["text"] == SPOKEN["library"]
 
 

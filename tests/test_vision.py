@@ -258,30 +258,19 @@ def test_the_ptes_methods_are_the_runners_each_a_function_of_one_asset_storing_t
 def test_the_device_pte_keeps_the_stock_runtimes_contract_read_off_the_pte(device_exported):
     """Every delegate: CoreAIBackend, inline, its own function of the one asset, upstream's manifest rules, no state,
     fp16/fp32 tensors in the default dim order, the sequence dimension bounded by the chunk and nothing else dynamic."""
-    from upstream_manifest import check_named_data, parse_manifest
+    from device_contract import device_delegate_arguments
 
     exported = device_exported
-    pte = read_pte(exported.path)
+    assert {d.method for d in read_pte(exported.path).delegates} == set(vision.METHODS)
     chunk, width = DEVICE.prefill_chunk, exported.vlm.width
     bounded = {
         "vision_encoder": set(),
         "token_embedding": {(1, chunk), (1, chunk, width)},
         "text_decoder": {(1, chunk, width), (chunk,)},  # embeddings and positions in, the caches' new rows out
     }
-    assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
-    for delegate in pte.delegates:
-        manifest = parse_manifest(delegate.payload)  # every rule of upstream's parse_manifest
-        check_named_data(manifest, delegate.files)
-        assert manifest["packaging"] == "inline" and manifest["function"] == delegate.method
-        assert manifest.get("runtime_supported", True) is True and "initial_state" not in manifest
-        (call,) = [c for c in pte.plans[delegate.method].delegate_calls if c.delegate_index == delegate.index]
-        arguments = pte.plans[delegate.method].arguments(call)
-        assert len(arguments) == len(manifest["input_names"]) + len(manifest["output_names"])  # nothing as state
-        for argument in arguments:
-            assert argument.kind == "Tensor" and argument.dtype in ("HALF", "FLOAT"), argument
-            assert argument.dim_order == tuple(range(len(argument.sizes))), argument
+    for method, arguments in device_delegate_arguments(exported.path, vision.METHODS).items():
         dynamic = {a.sizes for a in arguments if a.dynamism == "DYNAMIC_BOUND"}
-        assert bounded[delegate.method] <= dynamic and all(chunk in sizes for sizes in dynamic), (delegate.method, dynamic)
+        assert bounded[method] <= dynamic and all(chunk in sizes for sizes in dynamic), (method, dynamic)
     metadata = {name: verify.run(exported.path, method=name)[0] for name in ("get_max_seq_len", "enable_dynamic_shape")}
     assert metadata == {"get_max_seq_len": chunk, "enable_dynamic_shape": True}
 

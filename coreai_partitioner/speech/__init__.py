@@ -26,7 +26,15 @@ The road of a checkpoint (``python -m coreai_partitioner export --checkpoint DIR
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without its false version warning
 from coreai_partitioner.speech.export import METHODS, TARGETS, lower_speech, runner_metadata
 from coreai_partitioner.speech.features import AudioError, FeatureSettings, log_mel, mel_filters, read_wav
-from coreai_partitioner.speech.transcribe import Decoded, DecodingError, DecodingRules, SpeechProgram, decode
+from coreai_partitioner.speech.transcribe import (
+    Decoded,
+    DecodingError,
+    DecodingRules,
+    SpeechProgram,
+    decode,
+    normalized_words,
+    word_error_rate,
+)
 from coreai_partitioner.speech.whisper import FRAMES, Speech, UnsupportedSpeechModel, adapt
 
 __all__ = [
@@ -46,6 +54,8 @@ __all__ = [
     "log_mel",
     "lower_speech",
     "mel_filters",
+    "normalized_words",
     "read_wav",
     "runner_metadata",
+    "word_error_rate",
 ]

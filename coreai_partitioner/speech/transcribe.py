@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -227,3 +228,19 @@ class SpeechProgram:
 
         tokenizer = Tokenizer.from_file(str(self.directory / "tokenizer.json"))
         return tokenizer.decode(ids, skip_special_tokens=True).strip()
+
+
+def normalized_words(text: str) -> list[str]:
+    """The words of ``text``, lowercased, punctuation dropped (apostrophes kept inside words)."""
+    return re.sub(r"[^\w' ]+", " ", text.lower()).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """Word edit distance of ``hypothesis`` from ``reference`` over the reference's word count (normalized words)."""
+    ref, hyp = normalized_words(reference), normalized_words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, word in enumerate(ref, start=1):
+        previous, row[0] = row[0], i
+        for j, other in enumerate(hyp, start=1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (word != other))
+    return row[len(hyp)] / max(len(ref), 1)

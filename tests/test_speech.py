@@ -38,6 +38,7 @@ from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noq
 from coreai_partitioner.speech import check as speech_check  # noqa: E402
 from coreai_partitioner.speech.device import DeviceTextDecoder  # noqa: E402
 from coreai_partitioner.speech.tiny import tiny_config, tiny_generation_config, tiny_model  # noqa: E402
+from coreai_partitioner.verify import fidelity  # noqa: E402
 
 RECORDINGS = sorted((Path(__file__).parent / "speech").glob("*.wav"))
 #: What espeak-ng was asked to say (tests/speech/make.sh).
@@ -200,6 +201,32 @@ def test_tiny_whisper_device_pte_gives_hfs_encoder_output_logits_and_greedy_ids(
                                     max_new_tokens=TINY_TOKENS)
         encoder_output, logits = report.signal.outputs
         assert not report.ok and not logits.ok and encoder_output.ok is (part == "decoder"), report
+
+
+def test_an_fp32_encoder_under_an_fp16_decoder_is_verified_against_hf_run_at_those_dtypes(tmp_path, capsys):
+    """``export --dtype fp16 --encoder-dtype fp32``: the encoder and the cross-attention key and value projections
+    in fp32 (``speech.at_precision``), the rest in fp16; ``encoder``'s output rounded once to fp16, the dtype
+    ``text_decoder`` takes; ``--verify`` against Hugging Face's own forward of the model at those dtypes."""
+    from coreai_partitioner.cli import export_asr
+
+    model = speech.at_precision(tiny_model(), torch.float16, encoder_dtype=torch.float32)
+    cross_attention = model.model.decoder.layers[0].encoder_attn
+    assert {p.dtype for p in model.model.encoder.parameters()} == {cross_attention.k_proj.weight.dtype} == {torch.float32}
+    assert cross_attention.q_proj.weight.dtype == model.proj_out.weight.dtype == torch.float16
+    out = tmp_path / "model.pte"
+    export_asr.run(export_asr.build_parser().parse_args(
+        ["--config", "whisper", "--dtype", "fp16", "--encoder-dtype", "fp32", "--target", "device", "--verify", "--out", str(out)]
+    ))
+    printed = capsys.readouterr().out
+    assert "2 + 2 layers, fp16, encoder fp32, device form" in printed and "both of the fp16, encoder fp32 model:" in printed
+    assert printed.count(" ok\n") == 2  # the encoder's output and the logits, by SNR
+    assert_device_contract(out)
+    features = speech.log_mel(speech.read_wav(RECORDINGS[0]))
+    cross = speech.SpeechProgram(out).encoder(features)
+    assert cross.dtype == torch.float16
+    # Computed in fp32 and rounded once: far closer to the fp32 model's than fp16's tolerance asks (17.5 dB).
+    reference = speech_check.reference(tiny_model(), features, max_new_tokens=1)
+    assert fidelity.snr_psnr(cross.float(), reference.cross)[0] > 60
 
 
 @pytest.mark.slow

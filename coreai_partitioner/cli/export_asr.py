@@ -2,6 +2,7 @@
 
     python -m coreai_partitioner export --checkpoint path/to/whisper --out out/model.pte --verify --transcribe speech.wav
     python -m coreai_partitioner export --checkpoint path/to/whisper --target device --dtype fp16 --out out/model.pte
+    python -m coreai_partitioner export --checkpoint path/to/whisper --target device --dtype fp16 --encoder-dtype fp32
     python -m coreai_partitioner export --config whisper --verify          # a tiny random Whisper
 
 The .pte has the methods ExecuTorch's ASR runner (``extension/asr/runner``)
@@ -16,8 +17,10 @@ it: ``tokenizer.json`` (checked with ExecuTorch's runner tokenizers first),
 length) and ``generation_config.json`` (the decoder prompt and the
 suppressed tokens).  ``--target device`` is the form upstream's on-device Core
 AI runtime runs (``CoreAIBackend``, fp16/fp32 tensors only, caches owned by
-ExecuTorch).  ``--verify`` judges the encoder's output, the first logits and
-the greedy ids against the Hugging Face model at ``--dtype`` before keeping
+ExecuTorch).  ``--encoder-dtype fp32`` under ``--dtype fp16`` computes the encoder (and
+the cross-attention keys and values) in fp32, once per utterance, and the
+decoder in fp16.  ``--verify`` judges the encoder's output, the first logits and
+the greedy ids against the Hugging Face model at those dtypes before keeping
 the .pte, fp32's beside them as a report (on ``--transcribe``'s recording, or
 a seeded noise).  ``--transcribe`` reads a
 16 kHz mono wav of at most 30 s and prints its text, through ExecuTorch's
@@ -61,6 +64,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     source.add_argument("--checkpoint", type=Path, help="a local Hugging Face checkpoint directory")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="fp32")
     parser.add_argument(
+        "--encoder-dtype",
+        choices=tuple(DTYPES),
+        help="what encoder computes in (default --dtype): the encoder and the cross-attention keys and values, once per "
+        "utterance; its output is cast to --dtype, the decoder's. fp32 under an fp16 decoder keeps fp16's long "
+        "accumulations out of the encoder (docs/speech.md)",
+    )
+    parser.add_argument(
         "--target",
         choices=("host", "device"),
         default="host",
@@ -100,6 +110,19 @@ class Plan:
     @property
     def dtype(self) -> torch.dtype:
         return DTYPES[self.args.dtype]
+
+    @property
+    def encoder_dtype(self) -> torch.dtype:
+        return DTYPES[self.args.encoder_dtype or self.args.dtype]
+
+    @property
+    def load_dtype(self) -> torch.dtype:
+        """The weights are loaded at the wider of the two dtypes, each part cast down from them."""
+        return max(self.dtype, self.encoder_dtype, key=lambda dtype: torch.finfo(dtype).bits)
+
+    @property
+    def precision(self) -> str:
+        return self.args.dtype + ("" if self.encoder_dtype == self.dtype else f", encoder {self.args.encoder_dtype}")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -226,7 +249,7 @@ def verify_features(plan: Plan) -> torch.Tensor:
 def export(plan: Plan, partial: Path) -> None:
     """Load, export, write ``partial``, verify it; then it becomes ``--out``, its files beside it."""
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
-    from coreai_partitioner.speech import adapt, lower_speech
+    from coreai_partitioner.speech import adapt, at_precision, lower_speech
     from coreai_partitioner.speech.check import reference
 
     args = plan.args
@@ -239,17 +262,20 @@ def export(plan: Plan, partial: Path) -> None:
         features = verify_features(plan)
         verified = eager = reference(model, features, language=args.language, task=args.speech_task,
                                      max_new_tokens=VERIFY_TOKENS)
-        if plan.dtype != torch.float32:
+        if plan.load_dtype != torch.float32:
             model = None
         phases["fp32 reference"] = time.perf_counter() - start
     start = time.perf_counter()
     if model is None:
-        model = load_model(plan, plan.dtype)
+        model = load_model(plan, plan.load_dtype)
+    at_fp32 = plan.dtype == plan.encoder_dtype == torch.float32
+    if not at_fp32:
+        model = at_precision(model, plan.dtype, encoder_dtype=plan.encoder_dtype)
     phases["load"] = time.perf_counter() - start
-    if args.verify and plan.dtype != torch.float32:
+    if args.verify and not at_fp32:
         start = time.perf_counter()  # the eager model the .pte is lowered from is what it is judged against
         eager = reference(model, features, language=args.language, task=args.speech_task, max_new_tokens=VERIFY_TOKENS)
-        phases[f"{args.dtype} reference"] = time.perf_counter() - start
+        phases[f"reference ({plan.precision})"] = time.perf_counter() - start
     speech = adapt(model, args.max_decode_len)
     lowered = lower_speech(model, target=args.target, speech=speech, phases=phases)
     start = time.perf_counter()
@@ -262,7 +288,7 @@ def export(plan: Plan, partial: Path) -> None:
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
     config = model.config
     print(f"{type(model).__name__} ({config.model_type}): {config.encoder_layers} + {config.decoder_layers} layers, "
-          f"{args.dtype}, {args.target} form")
+          f"{plan.precision}, {args.target} form")
     print(f"  methods: {', '.join(pte.methods)}")
     print(f"  encoder(features [1, {speech.n_mels}, 3000]) -> cross {list(speech.cross_shape)}: "
           f"{len(pte.coreai_delegates('encoder'))} Core AI delegate")

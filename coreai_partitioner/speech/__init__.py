@@ -14,6 +14,8 @@ The road of a checkpoint (``python -m coreai_partitioner export --checkpoint DIR
    lowered in one call to one Core AI asset, a function each, each weight
    stored once; the host form keeps the caches as Core AI state, the device
    form (:mod:`.device`) as ExecuTorch's buffers, for upstream's on-device runtime.
+   :func:`at_precision` may compute the encoder wider than the decoder
+   (fp32 under fp16): it runs once per utterance, the decoder once per token.
 3. **Features** (:mod:`.features`).  A 16 kHz mono wav as Whisper's log-mel,
    as ``WhisperFeatureExtractor`` computes it; bad recordings refused first.
 4. **Transcribe** (:class:`SpeechProgram`, :mod:`.transcribe`).  The ``.pte``
@@ -35,7 +37,7 @@ from coreai_partitioner.speech.transcribe import (
     normalized_words,
     word_error_rate,
 )
-from coreai_partitioner.speech.whisper import FRAMES, Speech, UnsupportedSpeechModel, adapt
+from coreai_partitioner.speech.whisper import FRAMES, Speech, UnsupportedSpeechModel, adapt, at_precision
 
 __all__ = [
     "FRAMES",
@@ -50,6 +52,7 @@ __all__ = [
     "SpeechProgram",
     "UnsupportedSpeechModel",
     "adapt",
+    "at_precision",
     "decode",
     "log_mel",
     "lower_speech",

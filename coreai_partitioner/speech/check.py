@@ -44,9 +44,16 @@ class SpeechReference:
     logits: torch.Tensor  # [len(ids) + 1, vocab]: after the decoder prompt, then after each of ids
     ids: list[int]  # generate's tokens after the prompt, EOS left out
     rules: DecodingRules
-    dtype: torch.dtype  # the model's
+    dtype: torch.dtype  # the model's decoder's
     width: int  # the longest reduction of its matmuls: its widest Linear's inputs, or attention over the frames
     depth: int  # the stages whose rounding adds up: the encoder's and decoder's layers and the output projection
+    encoder_dtype: torch.dtype | None = None  # what runs in encoder, when not at dtype (speech.at_precision)
+
+    @property
+    def precision(self) -> str:
+        """``"fp16"``, or ``"fp16, encoder fp32"`` for a model whose encoder is wider."""
+        encoder = "" if self.encoder_dtype in (None, self.dtype) else f", encoder {fidelity.precision_name(self.encoder_dtype)}"
+        return fidelity.precision_name(self.dtype) + encoder
 
     def threshold(self, dtype: torch.dtype | str) -> fidelity.Threshold:
         """The runtime's tolerance for a program of this model at ``dtype`` (:func:`fidelity.runtime_threshold`)."""
@@ -69,7 +76,8 @@ def reference(
 
     rules = DecodingRules.of(model.generation_config, language=language, task=task)
     prompt = list(rules.prompt)
-    features = features.to(model.dtype)
+    encoder_dtype = model.model.encoder.conv1.weight.dtype
+    features = features.to(encoder_dtype)
     with torch.no_grad():
         options = generate_options(model.generation_config, language, task)
         if max_new_tokens is not None:
@@ -87,7 +95,8 @@ def reference(
     width = max(width_of(model), config.max_source_positions)
     depth = config.encoder_layers + config.decoder_layers + 1
     logits = out.logits[0, len(prompt) - 1 :].float()
-    return SpeechReference(features.float(), cross.float(), logits, ids, rules, model.dtype, width, depth)
+    dtype = model.model.decoder.embed_tokens.weight.dtype
+    return SpeechReference(features.float(), cross.float(), logits, ids, rules, dtype, width, depth, encoder_dtype)
 
 
 def program_logits(program: SpeechProgram, cross: torch.Tensor, eager: SpeechReference) -> torch.Tensor:
@@ -122,20 +131,21 @@ class SpeechReport:
         return self.signal.ok and (self.same_ids or self.precision != "fp32")
 
     def __str__(self) -> str:
-        at = fidelity.precision_name(self.eager.dtype)
+        at = self.eager.precision
         decides = "" if self.precision == "fp32" else " (a report: the logits above decide)"
+        label = len(f"HF {at}")
         lines = [
             "verify: output 0 is encoder's (the cross-attention keys and values) against Hugging Face's own, output 1 "
             f"text_decoder's logits after the decoder prompt and after each of generate's ids, both of the {at} model:",
             str(self.signal),
             f"\ngreedy ids (HF generate's rules: {len(self.reference.rules.suppress)} suppressed tokens, "
             f"{len(self.reference.rules.begin_suppress)} at the first){decides}:",
-            f"  .pte      : {self.ids}",
-            f"  HF {at:<6} : {self.eager.ids}",
+            f"  {'.pte':<{label}} : {self.ids}",
+            f"  {'HF ' + at:<{label}} : {self.eager.ids}",
             "  same" if self.same_ids else "  different",
         ]
         if self.eager is not self.reference:
-            lines.append(f"  HF fp32   : {self.reference.ids} (a report)")
+            lines.append(f"  {'HF fp32':<{label}} : {self.reference.ids} (a report)")
         lines.append(f"logits against the fp32 model's (a report): {self.quality}")
         return "\n".join(lines)
 

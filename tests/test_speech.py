@@ -159,6 +159,8 @@ def test_the_command_refuses_bad_input_before_any_work(tmp_path):
         settle("--transcribe", str(write_wav(tmp_path / "long.wav", 16000, 1, 30.5)))
     with pytest.raises(export_asr.CommandError, match=r"--max-decode-len 65: whisper has 64 decoder positions; give 1 to 64"):
         settle("--max-decode-len", "65")
+    with pytest.raises(export_asr.CommandError, match=r"--encoder-dtype fp16 under --dtype fp32: .*; give --dtype fp16"):
+        settle("--encoder-dtype", "fp16")
     assert not (tmp_path / "out").exists()
 
 

@@ -66,9 +66,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--encoder-dtype",
         choices=tuple(DTYPES),
-        help="what encoder computes in (default --dtype): the encoder and the cross-attention keys and values, once per "
-        "utterance; its output is cast to --dtype, the decoder's. fp32 under an fp16 decoder keeps fp16's long "
-        "accumulations out of the encoder (docs/speech.md)",
+        help="what encoder computes in (default --dtype), at least as wide: the encoder and the cross-attention keys and "
+        "values, once per utterance; its output is cast to --dtype, the decoder's. fp32 under an fp16 decoder keeps "
+        "fp16's long accumulations out of the encoder (docs/speech.md)",
     )
     parser.add_argument(
         "--target",
@@ -155,6 +155,12 @@ def settle(args: argparse.Namespace) -> Plan:
         raise CommandError(
             f"--max-decode-len {args.max_decode_len}: {config.model_type} has {config.max_target_positions} decoder "
             f"positions; give 1 to {config.max_target_positions}"
+        )
+    if args.encoder_dtype is not None and torch.finfo(DTYPES[args.encoder_dtype]).bits < torch.finfo(DTYPES[args.dtype]).bits:
+        raise CommandError(
+            f"--encoder-dtype {args.encoder_dtype} under --dtype {args.dtype}: the encoder may be wider than the decoder, "
+            "not narrower (it runs once per utterance, the decoder once per token, and fp16 changes the encoder's "
+            f"output most: docs/speech.md); give --dtype {args.encoder_dtype} to compute both in {args.encoder_dtype}"
         )
     settings = FeatureSettings.read(args.checkpoint, n_mels=config.num_mel_bins) if args.checkpoint else FeatureSettings(n_mels=config.num_mel_bins)
     if settings.n_mels != config.num_mel_bins:

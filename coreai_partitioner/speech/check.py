@@ -55,6 +55,11 @@ class SpeechReference:
         encoder = "" if self.encoder_dtype in (None, self.dtype) else f", encoder {fidelity.precision_name(self.encoder_dtype)}"
         return fidelity.precision_name(self.dtype) + encoder
 
+    @property
+    def narrowest(self) -> torch.dtype:
+        """The narrowest dtype the model computes in: its decoder's or its encoder's."""
+        return min(filter(None, (self.dtype, self.encoder_dtype)), key=lambda dtype: torch.finfo(dtype).bits)
+
     def threshold(self, dtype: torch.dtype | str) -> fidelity.Threshold:
         """The runtime's tolerance for a program of this model at ``dtype`` (:func:`fidelity.runtime_threshold`)."""
         return fidelity.runtime_threshold(dtype, width=self.width, depth=self.depth)
@@ -167,11 +172,14 @@ def check(
 
     ``reference`` is the fp32 model's; ``eager`` the model's it was lowered
     from (:func:`reference` of it), which a program at another ``dtype``
-    needs.  The tolerance is the runtime's at ``dtype`` unless ``threshold``
-    is given.
+    needs.  The tolerance is the runtime's at ``dtype``, or at the narrowest
+    dtype ``eager`` computes in (an encoder may be narrower than its
+    decoder, :func:`~.whisper.at_precision`), unless ``threshold`` is given.
     """
-    precision = fidelity.precision_name(dtype)
     eager = fidelity.against(eager, reference, dtype, how="reference() of the model at its dtype")
+    if eager is not reference:  # the tolerance of the narrowest arithmetic in the program (an encoder may be narrower)
+        dtype = eager.narrowest
+    precision = fidelity.precision_name(dtype)
     threshold = threshold or reference.threshold(dtype)
     cross = program.encoder(eager.features)
     logits = program_logits(program, cross, eager)

@@ -226,7 +226,8 @@ def forced_total(done) -> str:
     forced = [r["forced"] for r in done if "forced" in r]
     if not forced:
         return "-"
-    return f"{sum(f['same'] for f in forced)}/{sum(f['steps'] for f in forced)}"
+    of = "" if len(forced) == len(done) else f" ({len(forced)} of {len(done)})"
+    return f"{sum(f['same'] for f in forced)}/{sum(f['steps'] for f in forced)}{of}"
 
 
 def table(found: dict) -> str:

@@ -192,12 +192,12 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--load", type=Path, help="print the table of a results file")
     args = parser.parse_args()
-    if args.load:
-        print(table(*json.loads(args.load.read_text()).values()))
-        return
     from coreai_partitioner import console
 
     console.quiet_dependencies(False)
+    if args.load:
+        print(table(*json.loads(args.load.read_text()).values()))
+        return
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)  # running_fp16 is many small ops: threads only wait on each other
     args.cache_dir.mkdir(parents=True, exist_ok=True)

@@ -198,25 +198,19 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
 
 
 def on_references_path(program, cross, rules, ref: dict) -> dict:
-    """The program's greedy pick after each of the reference's tokens fed back (teacher-forced), against the
-    reference's own next token: how many steps agree, and the reference's top-two gap where one does not.
+    """The program's greedy pick after the decoder prompt and after each of the reference's tokens fed back
+    (teacher-forced, ``speech.check.program_logits``, as ``--verify`` feeds them), against the reference's own
+    next token: how many steps agree, and the reference's top-two gap where one does not.
 
     Free-running ids part for good at the first different pick, often where
     the reference itself is at a near-tie; this judges every step on the
-    reference's path, as ``--verify`` does (``speech/check.py``).
+    reference's path.
     """
-    import torch
+    from coreai_partitioner.speech.check import program_logits
 
-    prompt = list(rules.prompt)
-    ids = ref["ids"][len(prompt):] if ref["ids"][: len(prompt)] == prompt else list(ref["ids"])
-    while ids and ids[-1] in rules.eos_ids:
-        ids = ids[:-1]
-    wanted = ids + [rules.eos_ids[0]]
-    picks = []
-    for position, token in enumerate(prompt + ids):
-        logits = program.text_decoder(torch.tensor([[token]]), cross, torch.tensor([position]))[0, -1]
-        if position >= len(prompt) - 1:
-            picks.append(rules.pick(logits, position - len(prompt) + 1))
+    rows = program_logits(program, cross, rules, ref["ids"])
+    picks = [rules.pick(logits, step) for step, logits in enumerate(rows)]
+    wanted = ref["ids"] + [rules.eos_ids[0]]
     differ = [step for step, (got, want) in enumerate(zip(picks, wanted)) if got != want and not (got in rules.eos_ids and want in rules.eos_ids)]
     return {"steps": len(wanted), "same": len(wanted) - len(differ), "gaps_where_different": [ref["gaps"][step] for step in differ]}
 

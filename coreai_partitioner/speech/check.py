@@ -104,14 +104,14 @@ def reference(
     return SpeechReference(features.float(), cross.float(), logits, ids, rules, dtype, width, depth, encoder_dtype)
 
 
-def program_logits(program: SpeechProgram, cross: torch.Tensor, eager: SpeechReference) -> torch.Tensor:
-    """The program's ``text_decoder`` logits where :attr:`SpeechReference.logits` are: the prompt a token a
-    call from position 0, then the eager model's ids fed back one a call."""
-    tokens = list(eager.rules.prompt) + eager.ids
+def program_logits(program: SpeechProgram, cross: torch.Tensor, rules: DecodingRules, ids: list[int]) -> torch.Tensor:
+    """The program's ``text_decoder`` logits after the decoder prompt and after each of ``ids`` fed back
+    (teacher-forced), where :attr:`SpeechReference.logits` are: the prompt a token a call from position 0, then
+    ``ids`` one a call.  ``[len(ids) + 1, vocab]``."""
     rows = []
-    for position, token in enumerate(tokens):
+    for position, token in enumerate(list(rules.prompt) + ids):
         logits = program.text_decoder(torch.tensor([[token]]), cross, torch.tensor([position]))[0, -1]
-        if position >= len(eager.rules.prompt) - 1:
+        if position >= len(rules.prompt) - 1:
             rows.append(logits.float())
     return torch.stack(rows)
 
@@ -182,7 +182,7 @@ def check(
     precision = fidelity.precision_name(dtype)
     threshold = threshold or reference.threshold(dtype)
     cross = program.encoder(eager.features)
-    logits = program_logits(program, cross, eager)
+    logits = program_logits(program, cross, eager.rules, eager.ids)
     decoded = decode(program.text_decoder, cross, eager.rules, max_decode_len=program.max_decode_len,
                      max_new_tokens=max_new_tokens)
     arithmetic = fidelity.arithmetic(dtype, width=reference.width, depth=reference.depth)

@@ -79,7 +79,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-decode-len", type=int, help="self-attention cache slots (default the model's max_target_positions)")
     parser.add_argument("--out", type=Path, default=Path("model.pte"))
-    parser.add_argument("--verify", action="store_true", help="judge the .pte against Hugging Face eager at --dtype before keeping it")
+    parser.add_argument("--verify", action="store_true", help="judge the .pte against Hugging Face eager at --dtype (and --encoder-dtype) before keeping it")
     parser.add_argument("--transcribe", type=Path, metavar="WAV", help="print the text of a 16 kHz mono wav of at most 30 s")
     parser.add_argument("--language", default="en", help="the decoder prompt's language (a multilingual model's)")
     parser.add_argument("--task", dest="speech_task", choices=("transcribe", "translate"), default="transcribe")

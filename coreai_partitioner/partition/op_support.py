@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner import _compat
+from coreai_partitioner.partition import claims
 from coreai_partitioner.records.call_sites import externalized_op_name
 
 logger = logging.getLogger("coreai_partitioner.partition.partitioner")
@@ -49,6 +50,10 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
             return self._supports_symbolic(node)
         if node.op != "call_function" or externalized_op_name(node.target) is None:
+            reason = claims.refusal(node)
+            if reason is not None:
+                self.log_once(f"Node {node.name} stays outside the delegate: {reason}")
+                return False
             return super().is_node_supported(submodules, node)
         reason = self._rejection(node)
         if reason is not None:

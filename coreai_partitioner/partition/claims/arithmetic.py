@@ -1,0 +1,14 @@
+"""Rules for elementwise arithmetic."""
+
+from __future__ import annotations
+
+import torch
+
+from coreai_partitioner.partition.claims import argument, refuses
+
+
+@refuses(torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor, torch.ops.aten.add.Scalar, torch.ops.aten.sub.Scalar)
+def scaled_operand(node: torch.fx.Node) -> str | None:
+    # coreai-torch lowers add/sub to coreai.add/sub and drops alpha: x + 2*y comes out as x + y.
+    alpha = argument(node, 2, "alpha", 1)
+    return None if alpha == 1 else f"the converter drops alpha={alpha} (it computes x + y)"

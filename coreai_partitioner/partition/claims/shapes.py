@@ -1,0 +1,1 @@
+"""Rules for the converter's shapes ops."""

@@ -1,0 +1,1 @@
+"""ExecuTorch's backend test suite (``executorch/backends/test/suite``) on Core AI flows of this package."""

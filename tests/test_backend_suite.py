@@ -1,0 +1,57 @@
+"""ExecuTorch's backend test suite on the coreai flow (tests/backend_suite/), in a process of its own.
+
+CI runs a fixed subset of the suite's operator files (:data:`CI_OPERATORS`):
+the ones whose arguments the partitioner's per-op rules judge
+(``coreai_partitioner/partition/claims/``), and a few ordinary ones.
+``benchmarks/backend_suite.py`` runs every file, on the coreai, xnnpack and
+portable flows side by side (``benchmarks/results/backend_suite.txt``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from requires import require
+
+require("pytest_timeout", "test")  # the suite marks every case with a timeout
+require("pytest_jsonreport", "test")  # its results are read from pytest-json-report's file
+
+from backend_suite import run  # noqa: E402
+
+#: The suite's operator files CI runs on the coreai flow (about 3 minutes on one core).
+CI_OPERATORS = (
+    "test_add",
+    "test_sub",
+    "test_amax",
+    "test_mean",
+    "test_squeeze",
+    "test_index_put",
+    "test_avgpool2d",
+    "test_maxpool2d",
+    "test_convtranspose3d",
+    "test_conv2d",
+    "test_linear",
+    "test_gelu",
+)
+
+
+def test_the_plugin_adds_the_coreai_flow_to_the_suites_flows():
+    import backend_suite.plugin  # noqa: F401
+    from executorch.backends.test.suite.flow import all_flows
+
+    flows = all_flows()
+    assert flows["coreai"].backend == "coreai"
+    assert {"portable", "xnnpack"} <= set(flows)
+
+
+@pytest.mark.slow
+def test_the_suites_operator_files_pass_on_the_coreai_flow():
+    cases = run.run([f"operators.{name}" for name in CI_OPERATORS], ["coreai"], workers=1)
+    assert {case.module for case in cases} == set(CI_OPERATORS), "a named operator file collected no coreai case"
+    failed = [case for case in cases if case.outcome not in ("passed", "skipped", "xfailed")]
+    assert not failed, "cases of ExecuTorch's backend suite that fail on the coreai flow:\n" + "\n".join(
+        f"  {case.nodeid}: {case.detail}: {case.error[:300]}" for case in failed
+    )
+    assert all(case.detail for case in cases if case.outcome == "skipped"), "a skip without its reason"
+    delegated = [case for case in cases if case.detail == "delegated"]
+    assert len(delegated) > len(cases) // 2, f"only {len(delegated)} of {len(cases)} cases delegated anything"

@@ -33,6 +33,8 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         self._claimable = claimable
         self._unpaired = unpaired
         self.rejected: dict[str, str] = {}
+        #: op -> why the converter cannot lower it right, for the nodes :mod:`.claims` kept outside
+        self.refused: dict[str, str] = {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
         if node.op == "call_function" and _in_narrowed_index(node):
@@ -52,6 +54,7 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op != "call_function" or externalized_op_name(node.target) is None:
             reason = claims.refusal(node)
             if reason is not None:
+                self.refused[str(_compat.aten_op(node.target))] = reason
                 self.log_once(f"Node {node.name} stays outside the delegate: {reason}")
                 return False
             return super().is_node_supported(submodules, node)

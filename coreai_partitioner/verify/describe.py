@@ -10,8 +10,10 @@ as ExecuTorch's own tools print them.
 
 from __future__ import annotations
 
+import operator
 import os
 import tempfile
+from collections import Counter
 from typing import Any
 
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import AssetSummary, asset_ir, summarize_ir
@@ -79,3 +81,20 @@ def _graph_table(summary: AssetSummary) -> str:
         for graph in summary.graphs
     ]
     return table(rows, ["graph", "", "composite", "attributes", "invoked"])
+
+
+def outside_delegates(lowered: Any) -> dict[str, Counter]:
+    """Per method, the ops of ``lowered`` (what ``to_edge_transform_and_lower`` or :func:`~coreai_partitioner.lower`
+    returns) left outside every delegate, counted by name (``aten.add.Tensor``): what ExecuTorch's portable
+    kernels run.  ``CoreAIPartitioner.refused`` says why an op the converter knows stayed outside.
+    """
+    from executorch.exir.delegate import executorch_call_delegate
+
+    found = {}
+    for method in lowered.methods:
+        found[method] = Counter(
+            getattr(node.target, "__name__", str(node.target))
+            for node in lowered.exported_program(method).graph.nodes
+            if node.op == "call_function" and node.target not in (executorch_call_delegate, operator.getitem)
+        )
+    return found

@@ -82,7 +82,7 @@ def report(results: dict) -> str:
         failed = [case for case in cases if case.flow == flow and case.outcome == "failed"]
         if failed:
             lines += ["", f"{flow}: failed cases"]
-            lines += [f"  {case.nodeid}: {case.detail}: {case.error[:160]}" for case in failed]
+            lines += [f"  {case.nodeid}: {case.detail}: {case.error.splitlines()[0][:160] if case.error else ''}" for case in failed]
     skipped = Counter((case.flow, case.detail[:140]) for case in cases if case.outcome == "skipped")
     if skipped:
         lines += ["", "skipped cases, by reason"]

@@ -92,6 +92,7 @@ _EXECUTORCH = {
     "do_not_delegate": (_PARTITIONER, "do_not_delegate"),
     "is_coreai_supported_target": (_PARTITIONER, "is_coreai_supported_target"),
     "ReplaceCopyOpsWithFunctionalPass": (f"{_APPLE}.passes.replace_copy_ops", "ReplaceCopyOpsWithFunctionalPass"),
+    "functional_aten_op": (f"{_APPLE}.passes.replace_copy_ops", "functional_aten_op"),
     "FileBackedData": ("executorch.exir._serialize._cord", "FileBackedData"),
     "NamedDataStore": ("executorch.exir._serialize._named_data_store", "NamedDataStore"),
     "_flatbuffer_to_program": ("executorch.exir._serialize._program", "_flatbuffer_to_program"),
@@ -218,6 +219,12 @@ def unverified_compile_config() -> Any:
 def aten_op(target: Any) -> Any:
     """The ATen overload behind an edge-dialect op (``target`` itself otherwise)."""
     return target._op if isinstance(target, _executorch("EdgeOpOverload")) else target
+
+
+def converted_op(target: Any) -> Any:
+    """The ATen overload coreai-torch converts for ``target``: an edge ``*_copy`` op's functional form
+    (``squeeze_copy.dims`` is converted as ``squeeze.dims``), else :func:`aten_op`."""
+    return _executorch("functional_aten_op")(target) or aten_op(target)
 
 
 def op_schema(target: Any) -> Any:

@@ -41,6 +41,10 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
             # topk's int64 indices, narrowed to int32 right away: coreai-torch converts topk with si32
             # indices, so no int64 value exists in the delegate or crosses its boundary (MoE routers).
             return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
+        if node.op == "call_function" and _is_pool_with_unread_indices(node):
+            # max_pool2d_with_indices returns int64 indices beside its values; the converter returns zeros for them,
+            # and a delegate cannot carry int64: claimed when only the values are read (claims/pooling.py checks it).
+            return claims.refusal(node) is None and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
         if node.op == "call_function" and _is_bool_mul(node):
             # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
             return False
@@ -182,6 +186,18 @@ def _in_narrowed_index(node: torch.fx.Node) -> bool:
         source = node.args[0]
         return isinstance(source, torch.fx.Node) and _narrowed_indices(source)
     return False
+
+
+def _is_pool_with_unread_indices(node: torch.fx.Node) -> bool:
+    if _compat.aten_op(node.target) is not torch.ops.aten.max_pool2d_with_indices.default:
+        return False
+    source = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    return (
+        isinstance(source, torch.Tensor)
+        and source.dtype in (torch.float16, torch.float32)
+        and all(isinstance(size, int) for size in source.shape)
+        and not any(user.args[1] == 1 and user.users for user in node.users if user.target is operator.getitem)
+    )
 
 
 def _is_bool_mul(node: torch.fx.Node) -> bool:

@@ -44,7 +44,7 @@ def refusal(node: torch.fx.Node) -> str | None:
     """Why the converter cannot lower ``node`` right (``None``: nothing against it here)."""
     if node.op != "call_function":
         return None
-    for rule in _RULES.get(_compat.aten_op(node.target), ()):
+    for rule in _RULES.get(_compat.converted_op(node.target), ()):
         reason = rule(node)
         if reason is not None:
             return reason

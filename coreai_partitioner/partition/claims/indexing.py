@@ -1,1 +1,34 @@
-"""Rules for the converter's indexing ops."""
+"""Rules for indexed writes (``aten.index_put``).
+
+coreai-torch lowers ``index_put`` to ``coreai.scatter_nd``: it refuses
+``accumulate=True`` ("index_put with accumulate=True is not supported"), and
+values that must be broadcast over the indexed rows are scattered without the
+broadcast (a silently wrong result), so only values of the indexed shape are
+claimed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from coreai_partitioner.partition.claims import argument, refuses, value
+
+
+@refuses(torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)
+def unsupported_index_put(node: torch.fx.Node) -> str | None:
+    if argument(node, 3, "accumulate", False):
+        return "accumulate=True: 'index_put with accumulate=True is not supported'"
+    source, values = value(node.args[0]), value(node.args[2])
+    indices = [None if index is None else value(index) for index in node.args[1]]
+    if not isinstance(source, torch.Tensor) or not isinstance(values, torch.Tensor):
+        return None
+    try:
+        indexed = source[tuple(slice(None) if index is None else index for index in indices)]
+    except Exception:  # noqa: BLE001 - an index the fake tensors cannot apply: judge nothing here
+        return None
+    if tuple(values.shape) != tuple(indexed.shape):
+        return (
+            f"values of shape {list(values.shape)} broadcast over indexed rows of shape {list(indexed.shape)}: "
+            "the converter scatters them without the broadcast"
+        )
+    return None

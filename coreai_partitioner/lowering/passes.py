@@ -34,7 +34,10 @@ class NarrowToCoreAIDtypes:
     32-bit too, so an attention mask built from positions stays inside the
     delegate (upstream leaves them 64-bit, outside it).  The interior (what the Core AI delegate sees) becomes 32-bit; 32-bit values
     feeding an originally 64-bit output are cast back.  The inserted casts
-    keep a 64-bit operand, so op support leaves them outside the delegate.
+    keep a 64-bit operand, so op support leaves them outside the delegate,
+    except a constant's (a parameter, buffer or lifted constant the delegate
+    takes over with its data).  A placeholder nothing reads (BatchNorm's
+    ``num_batches_tracked`` in eval) gets no cast.
     """
 
     def __call__(self, graph_module: GraphModule) -> PassResult:
@@ -49,7 +52,7 @@ class NarrowToCoreAIDtypes:
 
         for placeholder in placeholders:
             val = placeholder.meta.get("val")
-            if not _is_64bit(val):
+            if not _is_64bit(val) or not placeholder.users:
                 continue
             with graph.inserting_after(placeholder):
                 cast = graph.call_function(to_copy, (placeholder,), {"dtype": _NARROW[val.dtype]})

@@ -27,11 +27,13 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
     Rejected call sites are kept with the reason, for the error that follows.
     """
 
-    def __init__(self, claimable: set[str], unpaired: dict[str, str]) -> None:
-        """``claimable``: call sites paired with a record; ``unpaired``: why others are not."""
+    def __init__(self, claimable: set[str], unpaired: dict[str, str], constants: frozenset[str] = frozenset()) -> None:
+        """``claimable``: call sites paired with a record; ``unpaired``: why others are not; ``constants``: the
+        placeholders whose data the delegate takes over (parameters, buffers no method writes, lifted constants)."""
         super().__init__(log=logger.isEnabledFor(logging.INFO))
         self._claimable = claimable
         self._unpaired = unpaired
+        self._constants = constants
         self.rejected: dict[str, str] = {}
         #: op -> why the converter cannot lower it right, for the nodes :mod:`.claims` kept outside
         self.refused: dict[str, str] = {}
@@ -40,6 +42,10 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and _in_narrowed_index(node):
             # topk's int64 indices, narrowed to int32 right away: coreai-torch converts topk with si32
             # indices, so no int64 value exists in the delegate or crosses its boundary (MoE routers).
+            return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
+        if node.op == "call_function" and _is_int32_cast(node) and _placeholder_name(node.args[0]) in self._constants:
+            # a 64-bit constant narrowed by get_default_passes(): the delegate takes the constant's data and the cast
+            # (coreai-torch narrows 64-bit constants itself), so nothing is left outside for it
             return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
         if node.op == "call_function" and _is_pool_with_unread_indices(node):
             # max_pool2d_with_indices returns int64 indices beside its values; the converter returns zeros for them,
@@ -186,6 +192,10 @@ def _in_narrowed_index(node: torch.fx.Node) -> bool:
         source = node.args[0]
         return isinstance(source, torch.fx.Node) and _narrowed_indices(source)
     return False
+
+
+def _placeholder_name(node: Any) -> str | None:
+    return node.name if isinstance(node, torch.fx.Node) and node.op == "placeholder" else None
 
 
 def _is_pool_with_unread_indices(node: torch.fx.Node) -> bool:

@@ -105,7 +105,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         claimable = {node.name for node, _ in paired.get(graph, ())}
         unpaired = {node.name: reason for node, reason in pairing.unpaired.items() if node.graph is graph}
 
-        support = OperatorSupport(claimable, unpaired)
+        support = OperatorSupport(claimable, unpaired, _constant_placeholders(exported_program) if self.take_over_constant_data else frozenset())
         partitions = CapabilityBasedPartitioner(
             exported_program.graph_module, support, allows_single_node_partition=True
         ).propose_partitions()
@@ -141,6 +141,18 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
         )
         return DelegationSpec(BACKEND_ID, self._compile_specs + [spec])
+
+
+def _constant_placeholders(exported_program: ExportedProgram) -> frozenset[str]:
+    """The placeholders of ``exported_program`` that hold constant data: parameters, lifted constants, buffers no
+    method writes."""
+    signature = exported_program.graph_signature
+    written = set(signature.buffers_to_mutate.values())
+    return frozenset(
+        set(signature.inputs_to_parameters)
+        | set(signature.inputs_to_lifted_tensor_constants)
+        | {name for name, buffer in signature.inputs_to_buffers.items() if buffer not in written}
+    )
 
 
 def raise_on_symbolic_outputs(graph: torch.fx.Graph) -> None:

@@ -1,0 +1,121 @@
+"""What the partitioner claims per op and its arguments (``coreai_partitioner/partition/claims/``).
+
+Each case is a pattern the converter lowers wrong or dies on: it must stay
+outside the delegate (``CoreAIPartitioner.refused`` says why) and the
+``.pte`` must give eager's result through ExecuTorch's runtime; beside it, an
+ordinary use of the same op is claimed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes, load_runtime_backend
+from coreai_partitioner.verify.describe import outside_delegates
+
+pytestmark = pytest.mark.slow
+
+
+class Op(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _lower(model: nn.Module, sample: tuple):
+    from executorch.exir import to_edge_transform_and_lower
+
+    partitioner = CoreAIPartitioner()
+    program = torch.export.export(model.eval(), sample)
+    edge = to_edge_transform_and_lower(
+        program, partitioner=[partitioner], compile_config=get_default_compile_config(), transform_passes=get_default_passes()
+    )
+    return edge, partitioner
+
+
+def _run(edge, sample: tuple) -> torch.Tensor:
+    from executorch.runtime import Runtime
+
+    load_runtime_backend()
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    return method.execute(list(sample))[0]
+
+
+pool = torch.randn(1, 2, 7, 7)
+pool3d = torch.randn(1, 2, 5, 5, 5)
+rows = torch.randn(5, 3)
+
+#: name -> (model, sample, the op left outside, words of the reason)
+REFUSED = {
+    "avg_pool2d ceil_mode": (Op(lambda x: nn.functional.avg_pool2d(x, 2, ceil_mode=True)), (pool,), "avg_pool2d", "ceil_mode"),
+    "avg_pool2d count_include_pad=False": (
+        Op(lambda x: nn.functional.avg_pool2d(x, 3, 1, padding=1, count_include_pad=False)), (pool,), "avg_pool2d", "count_include_pad"),
+    "avg_pool1d ceil_mode": (Op(lambda x: nn.functional.avg_pool1d(x, 2, ceil_mode=True)), (rows[None],), "avg_pool2d", "ceil_mode"),
+    "max_pool2d read indices": (
+        Op(lambda x: nn.functional.max_pool2d(x, 2, return_indices=True)[1].float()), (pool,), "max_pool2d_with_indices", "indices"),
+    "amax every dim": (Op(lambda x: torch.amax(x, dim=(), keepdim=True)), (rows,), "amax", "dim=[]"),
+    "mean dim=None": (Op(lambda x: torch.mean(x, dim=None, keepdim=True)), (rows,), "mean", "dim=None"),
+    "sum to rank 0": (Op(lambda x: x.sum()), (rows,), "sum", "rank-0"),
+    "squeeze a dim of size 3": (Op(lambda x: x.squeeze(1)), (rows,), "squeeze", "sizes [3]"),
+    "add alpha": (Op(lambda x, y: torch.add(x, y, alpha=2.0)), (rows, rows + 1), "add", "alpha"),
+    "index_put accumulate": (
+        Op(lambda x, v: x.index_put((torch.tensor([0, 0, 2]),), v, accumulate=True)), (rows, torch.randn(3, 3)), "index_put", "accumulate"),
+    "index_put broadcast": (
+        Op(lambda x, v: x.index_put((torch.tensor([1, 3]),), v)), (rows, torch.randn(3)), "index_put", "broadcast"),
+}
+
+#: the same ops with arguments the converter lowers right: claimed
+CLAIMED = {
+    "avg_pool2d": (Op(lambda x: nn.functional.avg_pool2d(x, 3, 2, padding=1)), (pool,)),
+    "max_pool2d": (nn.MaxPool2d(3, 2, padding=1), (pool,)),
+    "amax over a dim": (Op(lambda x: torch.amax(x, dim=1)), (rows,)),
+    "squeeze a dim of size 1": (Op(lambda x: x.unsqueeze(1).squeeze(1) * 2), (rows,)),
+    "index_put rows": (Op(lambda x, v: x.index_put((torch.tensor([1, 3]),), v)), (rows, torch.randn(2, 3))),
+    "conv_transpose2d": (nn.ConvTranspose2d(2, 2, 2), (pool,)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_node_the_converter_cannot_lower_right_stays_outside_and_the_pte_gives_eagers_result(case):
+    model, sample, op, words = REFUSED[case]
+    torch.manual_seed(0)
+    edge, partitioner = _lower(model, sample)
+    outside = outside_delegates(edge)["forward"]
+    assert any(op in name for name in outside), f"{op} was claimed: outside are {dict(outside)}"
+    assert any(op in name and words in reason for name, reason in partitioner.refused.items()), partitioner.refused
+    torch.testing.assert_close(_run(edge, sample), model(*sample), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", sorted(CLAIMED))
+def test_an_ordinary_use_of_the_same_op_is_claimed_whole_and_right(case):
+    model, sample = CLAIMED[case]
+    torch.manual_seed(0)
+    edge, partitioner = _lower(model, sample)
+    assert not outside_delegates(edge)["forward"], partitioner.refused
+    torch.testing.assert_close(_run(edge, sample), model(*sample), rtol=1e-4, atol=1e-5)
+
+
+def test_a_transposed_3d_convolution_stays_outside_rather_than_kill_the_lowering():
+    # ExecuTorch's portable kernels have no 3-d convolution either, so the .pte cannot run here (the suite skips it)
+    edge, partitioner = _lower(nn.ConvTranspose3d(2, 2, 2), (pool3d,))
+    assert sum(outside_delegates(edge)["forward"].values()) == 1
+    assert "Transposed conv3d" in partitioner.refused["aten.convolution.default"]
+
+
+def test_a_batchnorms_unread_counter_and_an_int64_constant_leave_no_cast_outside_the_delegate():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.BatchNorm2d(2)
+
+        def forward(self, x):
+            return self.norm(x) * 3  # 3 becomes an int64 lifted constant; norm has num_batches_tracked (int64)
+
+    model, sample = Scaled().eval(), (pool,)
+    edge, _ = _lower(model, sample)
+    assert not outside_delegates(edge)["forward"]

@@ -3,7 +3,7 @@
 CI runs a fixed subset of the suite's operator files (:data:`CI_OPERATORS`):
 the ones whose arguments the partitioner's per-op rules judge
 (``coreai_partitioner/partition/claims/``), and a few ordinary ones.
-``benchmarks/backend_suite.py`` runs every file, on the coreai, xnnpack and
+``benchmarks/suite.py`` runs every file, on the coreai, xnnpack and
 portable flows side by side (``benchmarks/results/backend_suite.txt``).
 """
 

@@ -7,6 +7,7 @@ not edited.
 
 from __future__ import annotations
 
+import backend_suite.torchvision_ops  # noqa: F401  (before the suite's models import torchvision)
 import executorch.backends.test.suite.flow as suite_flow
 
 _upstream_all_flows = suite_flow.all_flows

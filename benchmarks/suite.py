@@ -1,8 +1,8 @@
 """ExecuTorch's backend test suite on the coreai, xnnpack and portable flows, side by side in one run.
 
-    python benchmarks/backend_suite.py                      # every operator file; writes benchmarks/results/backend_suite.*
-    python benchmarks/backend_suite.py --suite models       # the torchvision models (about an hour)
-    python benchmarks/backend_suite.py --load benchmarks/results/backend_suite.json   # the tables again
+    python benchmarks/suite.py                      # every operator file; writes benchmarks/results/backend_suite.*
+    python benchmarks/suite.py --suite models       # the torchvision models (about an hour)
+    python benchmarks/suite.py --load benchmarks/results/backend_suite.json   # the tables again
 
 The suite is the executorch wheel's (``executorch/backends/test/suite``);
 ``tests/backend_suite/`` adds this package's coreai flow to it.  Each flow

@@ -89,7 +89,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         self._pending_partitions += 1
-        return exported_program
+        return _with_own_constants(exported_program)
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         if self._pending_partitions == 0:
@@ -141,6 +141,27 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
         )
         return DelegationSpec(BACKEND_ID, self._compile_specs + [spec])
+
+
+def _with_own_constants(program: ExportedProgram) -> ExportedProgram:
+    """``program`` with a dict of constants of its own (the tensors shared).
+
+    torch's ``run_decompositions`` hands its result the constants dict of the
+    program it was given, and ExecuTorch pops the constants a delegate takes
+    over from that dict: without this, lowering empties the caller's program
+    of its lifted constants (``program.module()`` then fails with a KeyError).
+    """
+    return ExportedProgram(
+        root=program.graph_module,
+        graph=program.graph,
+        graph_signature=program.graph_signature,
+        state_dict=program.state_dict,
+        range_constraints=program.range_constraints,
+        module_call_graph=program.module_call_graph,
+        example_inputs=program.example_inputs,
+        constants=dict(program.constants),
+        verifiers=program.verifiers,
+    )
 
 
 def _constant_placeholders(exported_program: ExportedProgram) -> frozenset[str]:

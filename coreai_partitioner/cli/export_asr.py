@@ -82,7 +82,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--verify", action="store_true", help="judge the .pte against Hugging Face eager at --dtype (and --encoder-dtype) before keeping it")
     parser.add_argument("--transcribe", type=Path, metavar="WAV", help="print the text of a 16 kHz mono wav of at most 30 s")
     parser.add_argument("--language", default="en", help="the decoder prompt's language (a multilingual model's)")
-    parser.add_argument("--task", dest="speech_task", choices=("transcribe", "translate"), default="transcribe")
+    parser.add_argument(
+        "--speech-task",
+        choices=("transcribe", "translate"),
+        default="transcribe",
+        help="the decoder prompt's task: transcribe in --language, or translate to English (the export command's own "
+        "--task names the task it exports)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show the dependencies' own logs too")
     return parser
 

@@ -23,7 +23,7 @@ from requires import require  # noqa: E402
 
 require("transformers", "hf")
 
-from llm_helpers import TIES, perturb_channels  # noqa: E402
+from llm_helpers import assert_hf_greedy, perturb_channels  # noqa: E402
 
 from coreai_partitioner import llm, save_pte, verify, vision  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -70,26 +70,6 @@ def prompt(model_type: str, processor):
     """The processor's inputs for ``ab<image>cd`` and a random 48x80 image."""
     image = (np.random.default_rng(0).random((48, 80, 3)) * 255).astype("uint8")
     return processor(text=f"ab{PLACEHOLDER[model_type]}cd", images=image, return_tensors="pt")
-
-
-def hf_generate(model, processed, new_tokens: int = NEW_TOKENS) -> tuple[list[int], list[float]]:
-    """HF ``generate``'s greedy new tokens over the processor's inputs, and the margin of each step's top two."""
-    with torch.no_grad():
-        out = model.generate(
-            **processed, max_new_tokens=new_tokens, do_sample=False, output_scores=True, return_dict_in_generate=True
-        )
-    top2 = [scores[0].float().topk(2).values for scores in out.scores]
-    return out.sequences[0, processed["input_ids"].shape[1] :].tolist(), [float(a - b) for a, b in top2]
-
-
-def assert_hf_tokens(got: list[int], wanted: list[int], margins: list[float], dtype=torch.float32) -> None:
-    """``got`` is HF's greedy continuation; a token may differ only where HF's top two tie (then no more is owed)."""
-    for step, (expected, margin) in enumerate(zip(wanted, margins)):
-        assert step < len(got), f"stopped after {got}; HF goes on: {wanted}"
-        if got[step] != expected:
-            assert margin < TIES[dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
-            return
-    assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
 
 
 class Exported:
@@ -238,8 +218,7 @@ def test_an_image_of_the_wrong_size_is_refused_naming_the_size_the_encoder_takes
 
 @pytest.mark.slow
 def test_multimodal_runner_on_the_pte_generates_hf_generates_greedy_tokens(exported):
-    wanted, margins = hf_generate(exported.model, exported.processed)
-    assert_hf_tokens(exported.runner_tokens(), wanted, margins)
+    assert_hf_greedy(exported.runner_tokens(), exported.model, exported.processed, NEW_TOKENS)
 
 
 @pytest.mark.slow

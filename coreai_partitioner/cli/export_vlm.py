@@ -158,8 +158,20 @@ def settle(args: argparse.Namespace) -> Plan:
     context = args.max_context_len or min(1024, limit)
     chunk = args.max_seq_len or min(max(128, tokens), context)
     window = smallest_window(config.get_text_config())
-    if args.target == "device" and args.max_seq_len is None and window is not None:
-        chunk = min(chunk, window)  # the device form writes a call's rows into a sliding ring at once
+    if args.target == "device" and window is not None:  # the device form writes a call's rows into a sliding ring at once
+        if tokens > window:
+            raise CommandError(
+                f"{config.model_type}: one image is {tokens} embeddings, which the runner hands text_decoder in one call, "
+                f"and the device form's calls are at most the smallest sliding window ({window}); no --max-seq-len "
+                "fits both: export it in the host form (--target host)"
+            )
+        if args.max_seq_len is not None and args.max_seq_len > window:
+            raise CommandError(
+                f"--max-seq-len {args.max_seq_len}: the device form writes a call's rows into each sliding window's "
+                f"ring at once, and {config.model_type}'s smallest window is {window}; give --max-seq-len {tokens} to "
+                f"{window} (one image is {tokens} embeddings)"
+            )
+        chunk = min(chunk, window)
     try:
         shapes = DecoderShapes(context, chunk, "dynamic", args.target)
     except ValueError as error:

@@ -41,3 +41,21 @@ def test_a_torchvision_model_is_one_delegate_with_nothing_outside_and_gives_eage
     actual = Runtime.get().load_program(tester.get_artifact()).load_method("forward").execute(list(sample))[0]
     with torch.no_grad():
         assert snr_db(model(*sample), actual) > 80
+
+
+def test_a_shifted_swin_v2_block_is_one_delegate_and_gives_eagers_output():
+    # its rank-0 constants (the 16 of 16 * sigmoid(bias)) are taken over with the delegate, never a rank-0 input
+    # (claims/scalars.py; tests/test_rank0_operands.py has the pattern that traps the runtime)
+    from executorch.runtime import Runtime
+
+    from coreai_partitioner import load_runtime_backend, lower
+
+    torch.manual_seed(0)
+    block = torchvision.models.swin_transformer.SwinTransformerBlockV2(32, 2, window_size=[4, 4], shift_size=[2, 2]).eval()
+    sample = (torch.randn(1, 8, 8, 32),)
+    lowered = lower(block, sample)
+    assert not outside_delegates(lowered)["forward"], "nodes left outside the Core AI delegate"
+    load_runtime_backend()
+    actual = Runtime.get().load_program(lowered.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
+    with torch.no_grad():
+        assert snr_db(block(*sample), actual) > 80

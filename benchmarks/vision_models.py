@@ -34,11 +34,11 @@ RESULTS = HERE / "results"
 FLOWS = ("coreai", "xnnpack")
 #: ExecuTorch's backend suite's torchvision models (models/test_torchvision.py, static shapes), resnet18 beside them,
 #: and vit_b_16 with a drawn head.
-MODELS = (
-    "alexnet", "convnext_small", "densenet161", "efficientnet_b4", "efficientnet_v2_s", "googlenet", "inception_v3",
-    "maxvit_t", "mnasnet1_0", "mobilenet_v2", "mobilenet_v3_small", "regnet_y_1_6gf", "resnet18", "resnet50",
-    "resnext50_32x4d", "shufflenet_v2_x1_0", "squeezenet1_1", "swin_v2_t", "vgg11", "vit_b_16", "vit_b_16_random_head",
-    "wide_resnet50_2",
+MODELS = (  # lightest first, so that a run stopped early has measured the most models
+    "squeezenet1_1", "mobilenet_v3_small", "shufflenet_v2_x1_0", "mnasnet1_0", "mobilenet_v2", "resnet18", "googlenet",
+    "regnet_y_1_6gf", "efficientnet_v2_s", "resnet50", "resnext50_32x4d", "efficientnet_b4", "inception_v3", "alexnet",
+    "swin_v2_t", "maxvit_t", "convnext_small", "densenet161", "wide_resnet50_2", "vgg11", "vit_b_16",
+    "vit_b_16_random_head",
 )
 
 
@@ -207,13 +207,14 @@ def main() -> None:
         print(report(json.loads(args.load.read_text())["rows"]))
         return
     rows = []
+    RESULTS.mkdir(exist_ok=True)
     for name in args.models:
         for flow in args.flows:
             rows.append(run_row(name, flow, args.runs, args.timeout))
             print(report(rows[-1:]).splitlines()[-1], flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=1) + "\n")
-    (RESULTS / f"{args.name}.txt").write_text(report(rows) + "\n")
+            # written after every row: a run stopped early keeps what it measured
+            (RESULTS / f"{args.name}.json").write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=1) + "\n")
+            (RESULTS / f"{args.name}.txt").write_text(report(rows) + "\n")
     plot(rows, RESULTS / f"{args.name}.png")
     print(report(rows))
 

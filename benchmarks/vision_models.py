@@ -97,7 +97,7 @@ def measure(name: str, flow: str, runs: int) -> dict:
     graph = t.get_artifact().exported_program().graph
     calls = [n for n in graph.nodes if n.op == "call_function"]
     row["delegates"] = sum(n.target is executorch_call_delegate for n in calls)
-    row["outside"] = sorted({str(n.target) for n in calls if n.target is not executorch_call_delegate and "getitem" not in str(n.target)})
+    row["outside"] = sorted({getattr(n.target, "__name__", str(n.target)) for n in calls if n.target is not executorch_call_delegate and "getitem" not in str(n.target)})
     row["nodes_outside"] = sum(n.target is not executorch_call_delegate and "getitem" not in str(n.target) for n in calls)
     with profile.phase("to_executorch + serialize"):
         t.to_executorch()
@@ -157,10 +157,15 @@ def report(rows: list[dict]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + lines) for i in range(len(header))]
     fmt = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     text = [fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in lines]
-    outside = [f"  {r['model']} ({r['flow']}): {', '.join(r['outside'])}" for r in rows if r.get("outside")]
+    outside = [f"  {r['model']} ({r['flow']}): {', '.join(_op_name(op) for op in r['outside'])}" for r in rows if r.get("outside")]
     if outside:
         text += ["", "ops outside the delegates"] + outside
     return "\n".join(text)
+
+
+def _op_name(text: str) -> str:
+    """``aten.mean.dim`` from an edge op's name or its printed form (``<EdgeOpOverload: aten.mean.dim>: schema = ...``)."""
+    return text.removeprefix("<EdgeOpOverload: ").split(">", 1)[0]
 
 
 def plot(rows: list[dict], path: Path) -> None:

@@ -59,3 +59,25 @@ def test_a_shifted_swin_v2_block_is_one_delegate_and_gives_eagers_output():
     actual = Runtime.get().load_program(lowered.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
     with torch.no_grad():
         assert snr_db(block(*sample), actual) > 80
+
+
+def test_a_global_average_pool_of_a_permuted_tensor_is_one_delegate():
+    # convnext's and swin's heads: the decomposition restrides the pooled (N, C, 1, 1) to channels-last strides with an
+    # as_strided_copy the converter has no lowering for (RemoveNoopAsStrided drops it)
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    from coreai_partitioner import CoreAIPartitioner, get_default_passes, load_runtime_backend
+
+    class PooledHead(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.adaptive_avg_pool2d(x.permute(0, 3, 1, 2), 1).flatten(1)
+
+    sample = (torch.randn(1, 7, 7, 16),)
+    edge = to_edge_transform_and_lower(
+        torch.export.export(PooledHead(), sample), partitioner=[CoreAIPartitioner()], transform_passes=get_default_passes()
+    )
+    assert not outside_delegates(edge)["forward"], "nodes left outside the Core AI delegate"
+    load_runtime_backend()
+    actual = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
+    torch.testing.assert_close(actual, PooledHead()(*sample))

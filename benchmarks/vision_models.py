@@ -128,9 +128,11 @@ def measure(name: str, flow: str, runs: int) -> dict:
 
 def run_row(name: str, flow: str, runs: int, timeout: int) -> dict:
     """One row in a process of its own: a crash or a time-out is the row's result, not the benchmark's end."""
+    from backend_suite import environment
+
     command = [sys.executable, __file__, "--row", name, flow, "--runs", str(runs)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
     except subprocess.TimeoutExpired:
         return {"model": name, "flow": flow, "error": f"timed out after {timeout} s"}
     for line in reversed(done.stdout.splitlines()):

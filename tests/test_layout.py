@@ -14,7 +14,7 @@ PACKAGE = ROOT / "coreai_partitioner"
 
 #: The stages in the order a record and a model go through them; a module imports only its own stage and the
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
-STAGES = ("root", "records", "backends", "partition", "quantize", "lowering", "verify", "llm", "vision", "speech", "recipes", "cli")
+STAGES = ("root", "records", "backends", "partition", "quantize", "lowering", "verify", "llm", "vision", "speech", "text_encoder", "image_classification", "recipes", "cli")
 
 
 def modules() -> dict[str, Path]:

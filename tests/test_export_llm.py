@@ -21,7 +21,8 @@ require("transformers", "hf")
 import tokenizer_files  # noqa: E402
 
 from coreai_partitioner import llm  # noqa: E402
-from coreai_partitioner.llm import runner, text, tokenizer  # noqa: E402
+from coreai_partitioner.decoder import tokenizer  # noqa: E402
+from coreai_partitioner.llm import runner, text  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "export_llm.py"
 SHAPES = llm.DecoderShapes(max_context_len=48, prefill_chunk=16)

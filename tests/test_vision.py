@@ -391,7 +391,7 @@ def test_optimum_executorchs_multimodal_model_exports_with_the_coreai_recipe_and
 
 
 def test_the_device_form_refuses_the_static_layout_and_a_call_longer_than_a_sliding_window(tmp_path):
-    from coreai_partitioner.llm.device import UnsupportedDevice
+    from coreai_partitioner.decoder.device import UnsupportedDevice
 
     static = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device", device_shapes="static")
     with pytest.raises(llm.UnsupportedShapes, match="MultimodalRunner calls text_decoder with each segment's own length"):

@@ -126,8 +126,8 @@ class Plan:
 
 
 def run(args: argparse.Namespace) -> None:
-    from coreai_partitioner.llm.errors import UnsupportedConfig
-    from coreai_partitioner.llm.tokenizer import TokenizerError
+    from coreai_partitioner.blocks.errors import UnsupportedConfig
+    from coreai_partitioner.decoder.tokenizer import TokenizerError
     from coreai_partitioner.speech import AudioError, DecodingError, UnsupportedSpeechModel
 
     try:

@@ -150,7 +150,7 @@ class Plan:
 def run(args: argparse.Namespace) -> None:
     from coreai_partitioner.llm import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
     from coreai_partitioner.verify import fidelity
-    from coreai_partitioner.llm.tokenizer import TokenizerError
+    from coreai_partitioner.decoder.tokenizer import TokenizerError
 
     try:
         plan = settle(args)

@@ -115,9 +115,9 @@ class Plan:
 
 def run(args: argparse.Namespace) -> None:
     from coreai_partitioner.llm import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
-    from coreai_partitioner.llm.device import UnsupportedDevice
+    from coreai_partitioner.decoder.device import UnsupportedDevice
     from coreai_partitioner.quantize import QuantizationError
-    from coreai_partitioner.llm.tokenizer import TokenizerError
+    from coreai_partitioner.decoder.tokenizer import TokenizerError
     from coreai_partitioner.verify import fidelity
     from coreai_partitioner.vision import ImageTokensOverBound, UnsupportedImage, UnsupportedVisionConfig, UnsupportedVisionModel
 

@@ -4,7 +4,7 @@ The road of a checkpoint (``python -m coreai_partitioner export --checkpoint DIR
 ``automatic-speech-recognition`` one, :mod:`coreai_partitioner.cli.export_asr`):
 
 1. **Adapt** (:func:`adapt`, :mod:`.whisper`).  The Hugging Face model's own
-   modules re-composed from :mod:`coreai_partitioner.llm.blocks` into the two
+   modules re-composed from :mod:`coreai_partitioner.blocks` into the two
    methods the ASR runner calls: ``encoder(features) -> cross`` (the encoder
    and every decoder layer's cross-attention keys and values, once per
    utterance) and ``text_decoder(ids, cross, cache_position) -> logits``

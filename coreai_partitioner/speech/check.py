@@ -77,7 +77,7 @@ def reference(
     max_new_tokens: int | None = None,
 ) -> SpeechReference:
     """:class:`SpeechReference` of a ``WhisperForConditionalGeneration`` (at its dtype) on ``features``."""
-    from coreai_partitioner.llm.check import width_of
+    from coreai_partitioner.verify.fidelity import width_of
 
     rules = DecodingRules.of(model.generation_config, language=language, task=task)
     prompt = list(rules.prompt)

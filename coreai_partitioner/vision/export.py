@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner import _compat
-from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.decoder.shapes import DecoderShapes
 from coreai_partitioner.vision.errors import ImageTokensOverBound
 from coreai_partitioner.vision.families import family_of
 from coreai_partitioner.vision.model import VisionLanguage
@@ -43,8 +43,8 @@ def check_config(config: Any, shapes: DecoderShapes) -> Any:
     ``text_decoder`` call takes (the runner never splits a segment) or than
     the context holds.
     """
-    from coreai_partitioner.llm import UnsupportedShapes
-    from coreai_partitioner.llm import family_of as text_family_of
+    from coreai_partitioner.decoder import UnsupportedShapes
+    from coreai_partitioner.decoder import family_of as text_family_of
 
     family = family_of(config)
     if shapes.device and not shapes.bounded:
@@ -204,7 +204,7 @@ def runner_metadata(model: nn.Module, vlm: VisionLanguage, shapes: DecoderShapes
     ``vision_encoder`` takes and where its output goes; the processor's
     normalization is in ``preprocessor_config.json`` beside the ``.pte``.
     """
-    from coreai_partitioner.llm import runner_metadata as text_metadata
+    from coreai_partitioner.decoder import runner_metadata as text_metadata
 
     metadata = text_metadata(model, shapes)
     metadata.update(
@@ -240,7 +240,7 @@ def lower_vlm(
     vlm = vlm if vlm is not None else adapt(model, shapes)
     executorch_config = None
     if shapes.device:
-        from coreai_partitioner.llm.device import check_device
+        from coreai_partitioner.decoder.device import check_device
         from coreai_partitioner.lowering.device import executorch_config
 
         check_device(vlm.decoder, shapes.prefill_chunk)

@@ -1,6 +1,6 @@
 """Qwen3-Next, Qwen3.5 and Qwen3.5-MoE (text): gated delta-rule layers beside gated full attention.
 
-``config.layer_types`` alternates ``linear_attention`` (:class:`~coreai_partitioner.llm.blocks.GatedDeltaNet`:
+``config.layer_types`` alternates ``linear_attention`` (:class:`~coreai_partitioner.blocks.GatedDeltaNet`:
 a causal conv and the ``gated_delta_update`` composite over a recurrent
 state the delegate owns) and ``full_attention`` (q's projection is twice
 as wide, query and a sigmoid output gate per head; q and k normed per head;
@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import Attention, GatedDeltaNet, MoE
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import Attention, GatedDeltaNet, MoE
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from coreai_partitioner.llm.families._tiny import tiny
-from coreai_partitioner.llm.families.olmo import WholeProjectionNormAttention
+from coreai_partitioner.decoder.families._tiny import tiny
+from coreai_partitioner.decoder.families.olmo import WholeProjectionNormAttention
 
 MODEL_TYPES = ("olmoe",)
 

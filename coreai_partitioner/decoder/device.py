@@ -62,7 +62,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.partition.boundaries import outside_delegate, segment
-from coreai_partitioner.llm.blocks import Attention, Step, WindowPlan, ring_positions_before, window_plan, written_only
+from coreai_partitioner.blocks import Attention, Step, WindowPlan, ring_positions_before, window_plan, written_only
 
 class DeviceStep(Step):
     """A :class:`~.blocks.Step` whose KV caches are the program's: read whole, written outside by row.

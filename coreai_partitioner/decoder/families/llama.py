@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.llm.blocks import Attention
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import Attention
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("llama", "mistral", "ministral", "ministral3", "qwen2")
 

@@ -1,11 +1,11 @@
-"""What a family's adapter builds its :class:`~.decoder.Decoder` with: :class:`Build`.
+"""A Hugging Face model as its family's :class:`~.decoder.Decoder` (:func:`adapt`), and what a family builds it with.
 
 An adapter (a file in :mod:`.families`) reads the Hugging Face model's config
 and modules and composes :mod:`.blocks` over them.  :class:`Build` gives it
 the pieces most families share (RoPE tables from the model's own rotary
 embedding, Llama-style attention and MLP, which layers slide) and the one way
 to refuse a config value it cannot honour (:meth:`Build.refuse`), before any
-export work.
+export work.  :func:`first_layers` cuts a config to its first layers.
 """
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm import blocks
-from coreai_partitioner.llm.blocks import Attention, AttentionShape, GatedMLP, RopeTable
-from coreai_partitioner.llm.decoder import Decoder
-from coreai_partitioner.llm.errors import UnsupportedConfig
+from coreai_partitioner import blocks
+from coreai_partitioner.blocks import Attention, AttentionShape, GatedMLP, Recurrent, RopeTable
+from coreai_partitioner.blocks.errors import UnsupportedConfig
+from coreai_partitioner.decoder.decoder import Decoder
+from coreai_partitioner.decoder.shapes import DecoderShapes, UnsupportedShapes
 
 logger = logging.getLogger(__name__)
 
@@ -251,3 +252,60 @@ def _rope_type(rotary: nn.Module, layer_type: str | None) -> str:
     if isinstance(kind, dict):
         kind = kind.get(layer_type)
     return kind or "default"
+
+
+def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False) -> Decoder:
+    """The :class:`~.decoder.Decoder` of ``model``'s family, over its own weights, for ``shapes``.
+
+    Raises :class:`~.families.UnsupportedModel` for a model no family adapts,
+    :class:`~.errors.UnsupportedConfig` for a config value its family cannot
+    honour and :class:`UnsupportedShapes` for shapes it cannot take
+    (recurrent layers and enumerated shapes), all before any export work.
+    """
+    from coreai_partitioner.decoder.families import family_of
+
+    family = family_of(model)
+    config = model.config.get_text_config()
+    limit = getattr(config, "max_position_embeddings", None)
+    if isinstance(limit, int) and shapes.max_context_len > limit:
+        raise Build(model, shapes.max_context_len).refuse(
+            "max_position_embeddings", limit, f"a context of at most {limit} positions (got max_context_len {shapes.max_context_len})"
+        )
+    build = Build(model, shapes.max_context_len, full_logits=full_logits)
+    decoder = family.build(build).eval()
+    recurrent = [type(m).__name__ for m in decoder.modules() if isinstance(m, Recurrent)]
+    if recurrent and shapes.mode == "enumerated":
+        raise UnsupportedShapes(
+            f"{build.model_type}: enumerated shapes pad a short prompt in front, and its recurrent layers "
+            f"({', '.join(sorted(set(recurrent)))}) would take the padding into their state; export with dynamic "
+            "shapes (--shapes dynamic)"
+        )
+    logger.info("%s: %d layer(s) adapted by %s", build.model_type, len(decoder.layers), family.__name__.rsplit(".", 1)[-1])
+    return decoder
+
+
+def first_layers(config: Any, layers: int) -> Any:
+    """A copy of ``config`` with only its first ``layers`` decoder layers (Apple's exporter's ``--num-layers``).
+
+    Every per-layer list (``layer_types``, ``no_rope_layers``, ...) is cut to
+    match, and a family's own per-layer fields by its ``first_layers(text_config,
+    total, layers)`` (Gemma 4's shared-KV layers).  Loading a checkpoint with it
+    reads only those layers' weights.
+    """
+    import copy
+
+    from coreai_partitioner.decoder.families import registry
+
+    config = copy.deepcopy(config)
+    text = config.get_text_config()
+    total = text.num_hidden_layers
+    if not 1 <= layers <= total:
+        raise ValueError(f"num_layers {layers}: the model has {total} layers; give 1 to {total}")
+    per_layer = {name: value[:layers] for name, value in vars(text).items() if isinstance(value, list) and len(value) == total}
+    text.num_hidden_layers = layers
+    for name, value in per_layer.items():
+        setattr(text, name, value)
+    cut = getattr(registry().get(text.model_type), "first_layers", None)
+    if cut is not None:
+        cut(text, total, layers)
+    return config

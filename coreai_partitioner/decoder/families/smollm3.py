@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("smollm3",)
 

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import Attention, MoE
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import Attention, MoE
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("gpt_oss",)
 

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import Attention
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import Attention
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("olmo2", "olmo3")
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import Attention, RopeTable, Step
+from coreai_partitioner.blocks import Attention, RopeTable, Step
 
 
 class Decoder(nn.Module):

@@ -18,14 +18,14 @@ composites where the math is the composite's:
 
 Each holds the general math.  A family whose math differs (an output gate,
 soft-capped logits, interleaved experts) subclasses or composes one of these
-in its own file under :mod:`coreai_partitioner.llm.families`; a primitive
+in its own file under :mod:`coreai_partitioner.decoder.families`; a primitive
 grows no option for one family.
 """
 
-from coreai_partitioner.llm.blocks.attention import Attention, AttentionShape
-from coreai_partitioner.llm.blocks.block import Block
-from coreai_partitioner.llm.blocks.encoder import MLP, EncoderAttention, EncoderLayer
-from coreai_partitioner.llm.blocks.cache import (
+from coreai_partitioner.blocks.attention import Attention, AttentionShape
+from coreai_partitioner.blocks.block import Block
+from coreai_partitioner.blocks.encoder import MLP, EncoderAttention, EncoderLayer
+from coreai_partitioner.blocks.cache import (
     WindowPlan,
     ring_positions_before,
     ring_slot,
@@ -35,12 +35,12 @@ from coreai_partitioner.llm.blocks.cache import (
     write_plan,
     written_only,
 )
-from coreai_partitioner.llm.blocks.mlp import ACTIVATIONS, GatedMLP, activation
-from coreai_partitioner.llm.blocks.moe import MoE
-from coreai_partitioner.llm.blocks.norm import Norm, norm, norm_eps
-from coreai_partitioner.llm.blocks.recurrent import GatedDeltaNet, Recurrent, causal_conv
-from coreai_partitioner.llm.blocks.rope import RopeTable
-from coreai_partitioner.llm.blocks.step import Step
+from coreai_partitioner.blocks.mlp import ACTIVATIONS, GatedMLP, activation
+from coreai_partitioner.blocks.moe import MoE
+from coreai_partitioner.blocks.norm import Norm, norm, norm_eps
+from coreai_partitioner.blocks.recurrent import GatedDeltaNet, Recurrent, causal_conv
+from coreai_partitioner.blocks.rope import RopeTable
+from coreai_partitioner.blocks.step import Step
 
 __all__ = [
     "ACTIVATIONS",

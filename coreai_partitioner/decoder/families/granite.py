@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.llm.blocks import Block
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import Block
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("granite",)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.llm.blocks import Attention
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import Attention
+from coreai_partitioner.decoder.families._tiny import tiny
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import GatedMLP
-from coreai_partitioner.llm.blocks.recurrent import Recurrent, causal_conv
-from coreai_partitioner.llm.families._tiny import tiny
+from coreai_partitioner.blocks import GatedMLP
+from coreai_partitioner.blocks.recurrent import Recurrent, causal_conv
+from coreai_partitioner.decoder.families._tiny import tiny
 
 MODEL_TYPES = ("lfm2",)
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.errors import UnsupportedConfig
+from coreai_partitioner.blocks.errors import UnsupportedConfig
 
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

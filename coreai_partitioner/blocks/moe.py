@@ -10,7 +10,7 @@ import torch
 from coreai_torch.composite_ops import GatherMM
 from torch import nn
 
-from coreai_partitioner.llm.blocks.mlp import activation
+from coreai_partitioner.blocks.mlp import activation
 
 
 class MoE(nn.Module):

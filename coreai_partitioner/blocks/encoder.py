@@ -13,7 +13,7 @@ import torch
 from coreai_torch.composite_ops import SDPA
 from torch import nn
 
-from coreai_partitioner.llm.blocks.mlp import activation
+from coreai_partitioner.blocks.mlp import activation
 
 
 class EncoderAttention(nn.Module):

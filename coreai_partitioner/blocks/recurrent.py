@@ -12,7 +12,7 @@ import torch
 from coreai_torch.composite_ops import GatedDeltaUpdate
 from torch import nn
 
-from coreai_partitioner.llm.blocks.norm import Norm, norm_eps
+from coreai_partitioner.blocks.norm import Norm, norm_eps
 
 
 class Recurrent(nn.Module):

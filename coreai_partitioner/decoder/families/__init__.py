@@ -4,14 +4,14 @@ A family module defines:
 
 - ``MODEL_TYPES``: the ``config.model_type`` values it adapts;
 - ``build(build: Build) -> Decoder``: the decoder over the model's own
-  modules (:class:`~coreai_partitioner.llm.adapter.Build` has the shared pieces);
+  modules (:class:`~coreai_partitioner.decoder.adapter.Build` has the shared pieces);
 - ``tiny_config(model_type) -> PretrainedConfig``: a few-layer random config
   exercising every feature the adapter handles (tests and examples);
 - optionally ``first_layers(text_config, total, layers)``: what else to cut
   when ``--num-layers`` keeps only the first ``layers`` of ``total``.
 
 A family's quirk lives in its file: a subclass of a primitive of
-:mod:`coreai_partitioner.llm.blocks` (``kind=`` to :class:`~coreai_partitioner.llm.adapter.Build`'s
+:mod:`coreai_partitioner.blocks` (``kind=`` to :class:`~coreai_partitioner.decoder.adapter.Build`'s
 builders), never an option of the primitive.
 
 Adding a family is adding its file here (and a row to the family test).
@@ -72,7 +72,7 @@ def family_of(model: nn.Module | str) -> ModuleType:
     if family is None:
         what = f"model_type {model!r}" if isinstance(model, str) else f"{type(model).__name__} (model_type {model_type!r})"
         raise UnsupportedModel(
-            f"no coreai_partitioner.llm family adapts {what}; families: {', '.join(supported())}. "
+            f"no coreai_partitioner.decoder family adapts {what}; families: {', '.join(supported())}. "
             "To export it anyway, keep its composites with your own specs: "
             "coreai_partitioner.lower(model, sample, specs=[*default_specs(), ExternalizeSpec(YourNorm, "
             "composite_op_name='rms_norm', composite_attrs=['eps'])])"

@@ -165,42 +165,28 @@ def _lower_device(
     graph_breaks: int | None,
     partitioner_options: dict[str, Any],
 ):
-    """:func:`lower_decoder`'s device form (:mod:`.device`): an export per method (one bounded ``forward``, or
+    """:func:`lower_decoder`'s device form (:mod:`coreai_partitioner.decoder.device`): an export per method (one bounded ``forward``, or
     static ``forward`` and ``prefill``), functions of one shared asset."""
-    from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
     from coreai_partitioner.decoder.device import check_device
-    from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
 
     check_device(decoder, shapes.prefill_chunk, graph_breaks)
-    refused = {"take_over_mutable_buffer", "input_enumerations", "share_asset", "uses_sidecar"} & set(partitioner_options)
-    if refused:
-        raise ValueError(
-            f"the device form sets {', '.join(sorted(refused))} itself (inline, stateless, one function per method); "
-            "leave them out"
-        )
-    methods = {}
-    for method, length in shapes.methods().items():
-        program, records = export_decoder(
-            model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
-            decoder=decoder, length=length, layers_per_delegate=graph_breaks,
-        )
-        if quantize and quantized_reference is not None and method == "forward":
-            quantized_reference.append(program.module())
-        partitioner = CoreAIPartitioner(
-            externalized_modules=records, take_over_mutable_buffer=False, share_asset=True, **partitioner_options
-        )
-        methods[method] = (program, partitioner)
-    with torch.no_grad():
-        edge = lower_whole_programs(
-            methods,
-            constant_methods=runner_metadata(model, shapes),
-            compile_config=_compat.unverified_compile_config(),
-            executorch_config=executorch_config,
-        )
-    relabel_backend(edge)
-    check_delegates(edge, bounded=shapes.prefill_chunk if shapes.bounded else None)
-    return edge
+
+    def exported():
+        for method, length in shapes.methods().items():
+            program, records = export_decoder(
+                model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
+                decoder=decoder, length=length, layers_per_delegate=graph_breaks,
+            )
+            if quantize and quantized_reference is not None and method == "forward":
+                quantized_reference.append(program.module())
+            yield method, (program, records)
+
+    return lower_methods(
+        exported(), device=True, constant_methods=runner_metadata(model, shapes),
+        bounded=shapes.prefill_chunk if shapes.bounded else None, **partitioner_options,
+    )
 
 
 @dataclass(frozen=True)

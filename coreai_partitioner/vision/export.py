@@ -1,7 +1,7 @@
 """One ``.pte`` for ExecuTorch's ``MultimodalRunner``: the three methods over one Core AI asset, and its metadata.
 
 :func:`lower_vlm` adapts a Hugging Face vision-language model (:func:`adapt`:
-its family's tower, projector and the text model's llm decoder), exports
+its family's tower, projector and the text model's decoder), exports
 each method of the :class:`~.model.VisionLanguage` with its composites
 externalized (:func:`export_methods`), and lowers the three in one
 ``to_backend`` call, each partitioner asking to share the asset: each method
@@ -11,7 +11,7 @@ runner's metadata rides along as constant methods (:func:`runner_metadata`).
 
 The host form (the default): ``text_decoder`` takes ``S`` from 1 to
 ``shapes.prefill_chunk`` (an image's tokens, or a prompt segment, in one
-call) and its caches are the delegate's Core AI state, as the llm host form's.
+call) and its caches are the delegate's Core AI state, as an LLM's host form's.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner import _compat
 from coreai_partitioner.decoder.shapes import DecoderShapes
 from coreai_partitioner.vision.errors import ImageTokensOverBound
 from coreai_partitioner.vision.families import family_of
@@ -234,37 +233,21 @@ def lower_vlm(
     quantized eager program (``{method: GraphModule}``, what ``--verify``
     judges the ``.pte`` against; :meth:`.run.Methods.of` runs it).
     """
-    from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.decoder.device import check_device
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
 
     vlm = vlm if vlm is not None else adapt(model, shapes)
-    executorch_config = None
     if shapes.device:
-        from coreai_partitioner.decoder.device import check_device
-        from coreai_partitioner.lowering.device import executorch_config
-
         check_device(vlm.decoder, shapes.prefill_chunk)
-        refused = {"take_over_mutable_buffer", "share_asset", "uses_sidecar", "input_enumerations"} & set(partitioner_options)
-        if refused:
-            raise ValueError(f"the device form sets {', '.join(sorted(refused))} itself; leave them out")
-        partitioner_options = {**partitioner_options, "take_over_mutable_buffer": False}
-    methods = {}
-    exported = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
-    if quantize and quantized_reference is not None:
-        quantized_reference.update({method: program.module() for method, (program, _) in exported.items()})
-    for method, (program, records) in exported.items():
-        partitioner = CoreAIPartitioner(externalized_modules=records, share_asset=True, **partitioner_options)
-        methods[method] = (program, partitioner)
-    with torch.no_grad():
-        edge = lower_whole_programs(
-            methods,
-            constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
-            compile_config=_compat.unverified_compile_config(),
-            executorch_config=executorch_config,
-        )
-    if shapes.device:
-        from coreai_partitioner.lowering.device import check_delegates, relabel_backend
 
-        relabel_backend(edge)
-        check_delegates(edge, bounded=shapes.prefill_chunk)
-    return edge
+    def exported():
+        methods = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
+        if quantize and quantized_reference is not None:
+            quantized_reference.update({method: program.module() for method, (program, _) in methods.items()})
+        yield from methods.items()
+
+    return lower_methods(
+        exported(), device=shapes.device, constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
+        bounded=shapes.prefill_chunk, **partitioner_options,
+    )

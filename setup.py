@@ -35,6 +35,7 @@ setup(
         "coreai_partitioner.vision.families",
         "coreai_partitioner.speech",
         "coreai_partitioner.cli",
+        "coreai_partitioner.cli.tasks",
         "coreai_partitioner.backends",
         "coreai_partitioner.backends.apple_coreai",
         "coreai_partitioner.backends.apple_coreai.runtime",
@@ -45,7 +46,7 @@ setup(
     },
     # The host Core AI runtime backend is compiled from these on first use.
     package_data={"coreai_partitioner.backends.apple_coreai.runtime": ["*.cpp", "*.h"]},
-    entry_points={"console_scripts": ["coreai-export-llm = coreai_partitioner.cli.export_llm:main"]},
+    entry_points={"console_scripts": ["coreai-export-llm = coreai_partitioner.cli.export:export_llm"]},
     install_requires=[
         "torch==2.13.0",
         "executorch==1.5.1",

@@ -223,7 +223,7 @@ def test_a_vision_model_no_family_adapts_is_refused_naming_the_families():
 
 def test_an_image_of_more_tokens_than_one_decoder_call_takes_is_refused_with_the_bound_to_give():
     config = vision.tiny_config("llava")  # 16 image tokens
-    with pytest.raises(vision.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --max-seq-len 16 or more"):
+    with pytest.raises(vision.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --prefill-chunk 16 or more"):
         vision.check_config(config, llm.DecoderShapes(max_context_len=64, prefill_chunk=8))
 
 
@@ -313,7 +313,7 @@ def test_the_command_refuses_bad_input_before_any_export_work_and_leaves_nothing
     assert status == 1 and "llama: the checkpoint has no vision_config" in err and "export it as text generation" in err
 
     status, _, err = export_command("--config", "llava", "--max-seq-len", "8", "--out", str(out))
-    assert status == 1 and "one image is 16 embeddings" in err and "--max-seq-len 16 or more" in err
+    assert status == 1 and "one image is 16 embeddings" in err and "--prefill-chunk 16 or more" in err
 
     torch.save(torch.zeros(3, 64, 64), tmp_path / "pixels.pt")
     status, _, err = export_command("--config", "llava", "--image", str(tmp_path / "pixels.pt"), "--verify", "--out", str(out))

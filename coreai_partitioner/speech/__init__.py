@@ -1,7 +1,7 @@
 """Speech recognition: Whisper to one ``.pte`` in ExecuTorch's ASR runner conventions, with Core AI composites.
 
 The road of a checkpoint (``python -m coreai_partitioner export --checkpoint DIR`` for an
-``automatic-speech-recognition`` one, :mod:`coreai_partitioner.cli.export_asr`):
+``automatic-speech-recognition`` one, :mod:`coreai_partitioner.cli.tasks.automatic_speech_recognition`):
 
 1. **Adapt** (:func:`adapt`, :mod:`.whisper`).  The Hugging Face model's own
    modules re-composed from :mod:`coreai_partitioner.blocks` into the two

@@ -24,7 +24,7 @@ The road of a checkpoint:
    tokens against Hugging Face eager.
 
 ``python -m coreai_partitioner export --checkpoint DIR`` takes this road for
-an ``image-text-to-text`` checkpoint (:mod:`coreai_partitioner.cli.export_vlm`).
+an ``image-text-to-text`` checkpoint (:mod:`coreai_partitioner.cli.tasks.image_text_to_text`).
 """
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning

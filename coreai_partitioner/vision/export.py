@@ -57,7 +57,7 @@ def check_config(config: Any, shapes: DecoderShapes) -> Any:
     if tokens > shapes.prefill_chunk:
         raise ImageTokensOverBound(
             f"{config.model_type}: one image is {tokens} embeddings, which the runner hands text_decoder in one call, "
-            f"and text_decoder takes at most {shapes.prefill_chunk} a call; export with --max-seq-len {tokens} or more"
+            f"and text_decoder takes at most {shapes.prefill_chunk} a call; export with --prefill-chunk {tokens} or more"
         )
     if tokens >= shapes.max_context_len:
         raise ImageTokensOverBound(

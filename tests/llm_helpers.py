@@ -72,10 +72,28 @@ def prompt_tokens(length: int = 8, vocab: int = 256, seed: int = 1) -> torch.Ten
     return torch.randint(3, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
 
 
-def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float], list[int]]:
+#: A processor's per-token inputs beside ``input_ids``, by the value a text token appended to the prompt takes.
+TEXT_TOKEN_INPUTS = {"attention_mask": 1, "token_type_ids": 0, "mm_token_type_ids": 0}
+
+
+def continued(prompt, tokens: list[int]):
+    """``prompt`` and then ``tokens``: a list of ids, or a processor's inputs (an image's pixels beside the ids),
+    whose per-token inputs take a text token's values for them."""
+    if isinstance(prompt, list):
+        return prompt + tokens
+    extended = dict(prompt)
+    for name, value in TEXT_TOKEN_INPUTS.items():
+        if name in prompt:
+            extended[name] = torch.cat([prompt[name], torch.full((1, len(tokens)), value, dtype=prompt[name].dtype)], 1)
+    extended["input_ids"] = torch.cat([prompt["input_ids"], torch.tensor([tokens], dtype=prompt["input_ids"].dtype)], 1)
+    return extended
+
+
+def hf_greedy(model, prompt, new_tokens: int, eos: int | None = None) -> tuple[list[int], list[float], list[int]]:
     """Hugging Face ``generate``'s greedy new tokens, at each step the margin of its top two logits, and the second.
 
-    It stops at ``eos``, by default the model's own as ``generate`` does.
+    ``prompt`` is a list of ids or a processor's inputs (a vision-language
+    model's).  It stops at ``eos``, by default the model's own as ``generate`` does.
     """
     import copy
 
@@ -85,9 +103,10 @@ def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None)
     config.pad_token_id = 0
     config.do_sample, config.max_new_tokens = False, new_tokens
     config.output_scores, config.return_dict_in_generate = True, True
+    inputs = {"input_ids": torch.tensor([prompt])} if isinstance(prompt, list) else dict(prompt)
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), generation_config=config)
-    tokens = out.sequences[0, len(prompt) :].tolist()
+        out = model.generate(**inputs, generation_config=config)
+    tokens = out.sequences[0, inputs["input_ids"].shape[1] :].tolist()
     margins, seconds = [], []
     for scores, chosen in zip(out.scores, tokens):
         others = scores[0].float().clone()
@@ -102,8 +121,9 @@ def hf_greedy(model, prompt: list[int], new_tokens: int, eos: int | None = None)
 TIES = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 
-def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, eos: int | None = None) -> None:
-    """``got`` (new tokens) is HF's greedy continuation of ``prompt``, stopping at ``eos`` as ``generate`` does.
+def assert_hf_greedy(got: list[int], model, prompt, new_tokens: int, eos: int | None = None) -> None:
+    """``got`` (new tokens) is HF's greedy continuation of ``prompt`` (ids, or a processor's inputs), stopping at
+    ``eos`` as ``generate`` does.
 
     A token may differ only where HF's top two logits tie (fp16 ties are real
     in a random tiny model: either side may pick either token), and then it
@@ -121,7 +141,7 @@ def assert_hf_greedy(got: list[int], model, prompt: list[int], new_tokens: int, 
             )
             taken = step + 1
             if taken < new_tokens and (eos is None or got[step] != eos) and got[step] not in _eos_ids(model, eos):
-                assert_hf_greedy(got[taken:], model, prompt + got[:taken], new_tokens - taken, eos)
+                assert_hf_greedy(got[taken:], model, continued(prompt, got[:taken]), new_tokens - taken, eos)
             else:
                 assert len(got) == taken, f"{got} goes on past its end at step {step}"
             return

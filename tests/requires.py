@@ -16,12 +16,14 @@ from types import ModuleType
 import pytest
 
 
-def require(module: str, extra: str) -> ModuleType:
-    """``module`` imported; or a skip (locally) or a failure (under CI) naming the extra that installs it."""
+def require(module: str, extra: str | None = None, *, install: str | None = None) -> ModuleType:
+    """``module`` imported; or a skip (locally) or a failure (under CI) naming the extra that installs it, or the
+    ``install`` command for a package README's test command installs on its own (``--no-deps``)."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
-        message = f"{module} cannot be imported ({error}): pip install -e '.[{extra}]' (the test extra has it)"
+        fix = install or f"pip install -e '.[{extra}]' (the test extra has it)"
+        message = f"{module} cannot be imported ({error}): {fix}"
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI is set, so a missing dependency fails rather than skips", pytrace=False)
         pytest.skip(message, allow_module_level=True)

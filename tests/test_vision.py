@@ -23,7 +23,7 @@ from requires import require  # noqa: E402
 
 require("transformers", "hf")
 
-from llm_helpers import TIES, perturb_channels  # noqa: E402
+from llm_helpers import assert_hf_greedy, perturb_channels  # noqa: E402
 
 from coreai_partitioner import llm, save_pte, verify, vision  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -70,26 +70,6 @@ def prompt(model_type: str, processor):
     """The processor's inputs for ``ab<image>cd`` and a random 48x80 image."""
     image = (np.random.default_rng(0).random((48, 80, 3)) * 255).astype("uint8")
     return processor(text=f"ab{PLACEHOLDER[model_type]}cd", images=image, return_tensors="pt")
-
-
-def hf_generate(model, processed, new_tokens: int = NEW_TOKENS) -> tuple[list[int], list[float]]:
-    """HF ``generate``'s greedy new tokens over the processor's inputs, and the margin of each step's top two."""
-    with torch.no_grad():
-        out = model.generate(
-            **processed, max_new_tokens=new_tokens, do_sample=False, output_scores=True, return_dict_in_generate=True
-        )
-    top2 = [scores[0].float().topk(2).values for scores in out.scores]
-    return out.sequences[0, processed["input_ids"].shape[1] :].tolist(), [float(a - b) for a, b in top2]
-
-
-def assert_hf_tokens(got: list[int], wanted: list[int], margins: list[float], dtype=torch.float32) -> None:
-    """``got`` is HF's greedy continuation; a token may differ only where HF's top two tie (then no more is owed)."""
-    for step, (expected, margin) in enumerate(zip(wanted, margins)):
-        assert step < len(got), f"stopped after {got}; HF goes on: {wanted}"
-        if got[step] != expected:
-            assert margin < TIES[dtype], f"step {step}: {got} != HF {wanted} (HF's top-two margin {margin:.3g})"
-            return
-    assert len(got) == len(wanted), f"{got} goes on past HF's {wanted}"
 
 
 class Exported:
@@ -233,13 +213,34 @@ def test_an_image_of_the_wrong_size_is_refused_naming_the_size_the_encoder_takes
     run.check_image(torch.zeros(1, 3, 32, 32), (32, 32))
 
 
+def test_a_gemma3_image_longer_than_its_sliding_window_is_refused_in_the_device_form_naming_the_vlm_commands_flags(tmp_path):
+    from coreai_partitioner.decoder.device import UnsupportedDevice
+
+    config = vision.tiny_config("gemma3")  # an image of 4 tokens
+    config.get_text_config().sliding_window = 3
+    import transformers
+
+    model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").eval()
+    with pytest.raises(UnsupportedDevice, match=r"one image is 4 embeddings.*smallest sliding window \(3\).*no --prefill-chunk fits both: export it in the host form \(--target host\)"):
+        vision.adapt(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=4, target="device"))
+    vision.adapt(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=4))  # the host form takes it
+    # The command refuses it from the config, before loading any weights, for every --prefill-chunk.
+    (tmp_path / "gemma3").mkdir()
+    config.save_pretrained(tmp_path / "gemma3")
+    for extra in ([], ["--prefill-chunk", "4"]):
+        status, _, err = export_command("--checkpoint", str(tmp_path / "gemma3"), "--target", "device", *extra, "--out", str(tmp_path / "m.pte"))
+        assert status == 1 and "no --prefill-chunk fits both: export it in the host form (--target host)" in err, err
+    status, _, err = export_command("--config", "gemma3", "--target", "device", "--prefill-chunk", "17", "--out", str(tmp_path / "m.pte"))
+    assert status == 1 and "--prefill-chunk 17: " in err and "give --prefill-chunk 4 to 16" in err, err
+    assert not (tmp_path / "m.pte").exists()
+
+
 # ---------------------------------------------------------------- the .pte
 
 
 @pytest.mark.slow
 def test_multimodal_runner_on_the_pte_generates_hf_generates_greedy_tokens(exported):
-    wanted, margins = hf_generate(exported.model, exported.processed)
-    assert_hf_tokens(exported.runner_tokens(), wanted, margins)
+    assert_hf_greedy(exported.runner_tokens(), exported.model, exported.processed, NEW_TOKENS)
 
 
 @pytest.mark.slow
@@ -396,8 +397,8 @@ def test_the_device_form_refuses_the_static_layout_and_a_call_longer_than_a_slid
     static = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device", device_shapes="static")
     with pytest.raises(llm.UnsupportedShapes, match="MultimodalRunner calls text_decoder with each segment's own length"):
         vision.check_config(vision.tiny_config("llava"), static)
-    model = tiny_vlm("gemma3")  # sliding window 16
-    with pytest.raises(UnsupportedDevice, match=r"prefill_chunk 32 is longer than its smallest window \(16\)"):
+    model = tiny_vlm("gemma3")  # sliding window 16, an image of 4 tokens
+    with pytest.raises(UnsupportedDevice, match=r"--prefill-chunk 32 is longer than its smallest window \(16\); export with --prefill-chunk 16 or less"):
         vision.lower_vlm(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=32, target="device"))
     status, out, err = export_command("--config", "gemma3", "--target", "device", "--dry-run", "--out", str(tmp_path / "m.pte"))
     assert status == 0 and "S 1..16" in out, err  # the command bounds S by the window

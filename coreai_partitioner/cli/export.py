@@ -4,13 +4,14 @@
     python -m coreai_partitioner export --config NAME --dry-run        # a tiny random model of a family
 
 As ``optimum-cli export`` does, the task comes from the checkpoint's
-``config.json`` (:func:`task_of`): its ``architectures``, then what the config
-holds; ``--task`` names it outright, and ``--config NAME`` is the task whose
-tiny models have that name.  This module is what every task shares: the
-common flags (:data:`FLAGS`, one name each), the plan settled before any
-weights are loaded (:class:`Plan`), loading, the export road (load, lower,
-write ``OUT.partial``, time each phase, print the sizes), the ``--verify``
-gate, and the files written beside the ``.pte``.  A task is a module of
+``config.json`` (:func:`task_of`): its ``architectures``, then its
+``model_type``; a checkpoint of another task is refused before any work.
+``--task`` names it outright, and ``--config NAME`` is the task whose tiny
+models have that name.  This module is what every task shares: the common
+flags (:func:`_flags`, one name each), the plan settled before any weights
+are loaded (:class:`Plan`), loading, the export road (load, lower, write
+``OUT.partial``, time each phase, print the sizes), the ``--verify`` gate,
+and the files written beside the ``.pte``.  A task is a module of
 :mod:`.tasks` (:data:`TASKS`) that supplies only what is its own
 (:class:`Task`).  ``export-llm``, ``coreai-export-llm`` and
 ``examples/export_llm.py`` are the ``text-generation`` task
@@ -420,30 +421,57 @@ _HEADS = (
     ("ForCausalLM", "text-generation"),
 )
 
+#: What :func:`task_of` takes for each task, in an error's words.
+_TAKES = {
+    "text-generation": "a *ForCausalLM or an LLM family's model_type",
+    "image-text-to-text": "a *ForImageTextToText, or a *ForConditionalGeneration with a vision_config, or a VLM family's model_type",
+    "automatic-speech-recognition": "Whisper",
+}
+
+
+def _task_of_model_type(model_type: str) -> str | None:
+    """The task whose families adapt ``model_type``, or ``None``."""
+    from coreai_partitioner.decoder import families as text_families
+    from coreai_partitioner.vision import families as vision_families
+
+    if model_type == "whisper":
+        return "automatic-speech-recognition"
+    if model_type in vision_families.supported():
+        return "image-text-to-text"
+    if model_type in text_families.supported():
+        return "text-generation"
+    return None
+
 
 def task_of(config: dict[str, Any], where: str = "config.json") -> str:
     """The task of a checkpoint from its ``config.json`` (a dict), as optimum-cli's ``--task auto`` finds it.
 
     ``architectures`` decides when it names a head (``WhisperForConditionalGeneration`` is speech
-    recognition, ``Gemma3ForConditionalGeneration`` image-text-to-text, ``*ForCausalLM`` text
-    generation); otherwise the config itself: a ``vision_config`` is a vision-language model, an audio
-    encoder (``num_mel_bins``) a speech model, anything else a text decoder.
+    recognition, ``*ForImageTextToText`` and a ``*ForConditionalGeneration`` with a ``vision_config``
+    image-text-to-text, ``*ForCausalLM`` text generation); otherwise the ``model_type`` does, when a
+    family of this package adapts it.  Anything else (``BertModel``) is refused, naming what the config
+    holds and the tasks this command exports.
     """
     architectures = config.get("architectures") or []
+    model_type = config.get("model_type")
     for architecture in architectures:
         if architecture.startswith("Whisper"):
             return "automatic-speech-recognition"
+        if architecture.endswith("ForConditionalGeneration") and "vision_config" in config:
+            return "image-text-to-text"
         for suffix, task in _HEADS:
             if architecture.endswith(suffix):
                 return task
-    if "vision_config" in config:
-        return "image-text-to-text"
-    if "num_mel_bins" in config:
-        return "automatic-speech-recognition"
-    if config.get("model_type") is None:
-        named = f"architectures {', '.join(architectures)} name no task exported here" if architectures else "no architectures"
-        raise UnknownTask(f"{where} has no model_type and {named}: give a Hugging Face checkpoint directory")
-    return "text-generation"
+    if model_type is None and not architectures:
+        raise UnknownTask(f"{where} has no model_type and no architectures: give a Hugging Face checkpoint directory")
+    task = _task_of_model_type(model_type) if model_type is not None else None
+    if task is None:
+        found = f"architectures {', '.join(architectures)}" if architectures else "no architectures"
+        takes = "; ".join(f"{name} ({what})" for name, what in _TAKES.items())
+        raise UnknownTask(
+            f"{where} has model_type {model_type!r} and {found}: not a task this command exports, which are {takes}"
+        )
+    return task
 
 
 def _checkpoint_task(checkpoint: Path) -> str:

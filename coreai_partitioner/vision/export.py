@@ -71,12 +71,36 @@ def adapt(model: nn.Module, shapes: DecoderShapes) -> VisionLanguage:
     """The :class:`~.model.VisionLanguage` of ``model``'s family over its own weights (:func:`check_config` first)."""
     family = check_config(model.config, shapes)
     vlm = family.build(model, shapes)
+    if shapes.device:
+        check_device_windows(vlm, shapes)
     logger.info(
         "%s: a tower of %d layer(s), %d image token(s) of %s, a %s decoder of %d layer(s)",
         vlm.model_type, len(getattr(vlm.tower, "layers", ())), vlm.image_tokens, "x".join(map(str, vlm.image_size)),
         vlm.decoder.model_type, len(vlm.decoder.layers),
     )
     return vlm
+
+
+def check_device_windows(vlm: VisionLanguage, shapes: DecoderShapes) -> None:
+    """Refuse a device-form ``text_decoder`` call (``--prefill-chunk``) longer than the decoder's smallest sliding
+    window, whose ring takes a call's rows at once; an image longer than the window fits no call of this form."""
+    from coreai_partitioner.decoder.device import UnsupportedDevice, sliding_windows
+
+    windows = sliding_windows(vlm.decoder)
+    if not windows or shapes.prefill_chunk <= windows[0]:
+        return
+    window = windows[0]
+    if vlm.image_tokens > window:
+        raise UnsupportedDevice(
+            f"{vlm.model_type}: one image is {vlm.image_tokens} embeddings, which the runner hands text_decoder in one "
+            f"call, and the device form's calls are at most its smallest sliding window ({window}), whose ring takes a "
+            "call's rows at once; no --prefill-chunk fits both: export it in the host form (--target host)"
+        )
+    raise UnsupportedDevice(
+        f"{vlm.model_type}: the device form writes a text_decoder call's rows into each sliding window's ring at once, "
+        f"and --prefill-chunk {shapes.prefill_chunk} is longer than its smallest window ({window}); export with "
+        f"--prefill-chunk {window} or less (one image is {vlm.image_tokens} embeddings)"
+    )
 
 
 class Method(nn.Module):

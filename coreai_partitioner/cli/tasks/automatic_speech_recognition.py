@@ -72,7 +72,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--transcribe", type=Path, metavar="WAV", help="print the text of a 16 kHz mono wav of at most 30 s")
     parser.add_argument("--language", default="en", help="the decoder prompt's language (a multilingual model's)")
-    parser.add_argument("--task", dest="speech_task", choices=("transcribe", "translate"), default="transcribe")
+    parser.add_argument(
+        "--speech-task",
+        choices=("transcribe", "translate"),
+        default="transcribe",
+        help="the decoder prompt's task: transcribe in --language, or translate to English (the export command's own "
+        "--task names the task it exports)",
+    )
 
 
 def refusals() -> tuple[type[Exception], ...]:

@@ -113,8 +113,20 @@ def settle(args: argparse.Namespace, config: Any) -> VisionPlan:
     context = args.max_context_len or min(1024, limit)
     chunk = args.prefill_chunk or min(max(128, tokens), context)
     window = smallest_window(config.get_text_config())
-    if args.target == "device" and args.prefill_chunk is None and window is not None:
-        chunk = min(chunk, window)  # the device form writes a call's rows into a sliding ring at once
+    if args.target == "device" and window is not None:  # the device form writes a call's rows into a sliding ring at once
+        if tokens > window:
+            raise CommandError(
+                f"{config.model_type}: one image is {tokens} embeddings, which the runner hands text_decoder in one call, "
+                f"and the device form's calls are at most the smallest sliding window ({window}); no --prefill-chunk "
+                "fits both: export it in the host form (--target host)"
+            )
+        if args.prefill_chunk is not None and args.prefill_chunk > window:
+            raise CommandError(
+                f"--prefill-chunk {args.prefill_chunk}: the device form writes a call's rows into each sliding window's "
+                f"ring at once, and {config.model_type}'s smallest window is {window}; give --prefill-chunk {tokens} to "
+                f"{window} (one image is {tokens} embeddings)"
+            )
+        chunk = min(chunk, window)
     try:
         shapes = DecoderShapes(context, chunk, "dynamic", args.target)
     except ValueError as error:

@@ -28,6 +28,9 @@ Rule = Callable[[torch.fx.Node], "str | None"]
 
 _RULES: dict[Any, list[Rule]] = {}
 
+#: the key of the rules that judge a node of any op (a rank-0 operand from outside: ``scalars.py``)
+EVERY_OP = "every op"
+
 
 def refuses(*ops: Any) -> Callable[[Rule], Rule]:
     """Register a rule for ``ops`` (ATen overloads); it returns why a node stays outside, or ``None``."""
@@ -44,7 +47,7 @@ def refusal(node: torch.fx.Node) -> str | None:
     """Why the converter cannot lower ``node`` right (``None``: nothing against it here)."""
     if node.op != "call_function":
         return None
-    for rule in _RULES.get(_compat.converted_op(node.target), ()):
+    for rule in (*_RULES.get(_compat.converted_op(node.target), ()), *_RULES.get(EVERY_OP, ())):
         reason = rule(node)
         if reason is not None:
             return reason
@@ -64,4 +67,4 @@ def value(node: Any) -> Any:
 
 
 # The rule modules register themselves on import.
-from coreai_partitioner.partition.claims import arithmetic, convolution, indexing, pooling, reductions, shapes  # noqa: E402,F401
+from coreai_partitioner.partition.claims import arithmetic, convolution, indexing, pooling, reductions, scalars, shapes  # noqa: E402,F401

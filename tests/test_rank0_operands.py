@@ -1,0 +1,81 @@
+"""A rank-0 tensor never enters a Core AI delegate as an input (``claims/scalars.py``).
+
+coreai-core 1.0.0b3's runtime traps (SIGILL) executing a delegate with a
+rank-0 input: without the rule, each refused case here kills the test process
+on ``execute``.  A rank-0 constant the delegate takes over with its data is no
+input, and stays inside.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes, load_runtime_backend
+from coreai_partitioner.verify.describe import outside_delegates
+
+pytestmark = pytest.mark.slow
+
+
+class ScaledByInput(nn.Module):
+    def forward(self, x, scale):
+        return torch.relu(x) * scale
+
+
+class ScaledBySum(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * x.sum()
+
+
+class ScaledByBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(16.0))
+
+    def forward(self, x):
+        return torch.relu(x) * self.scale * torch.tensor(2)
+
+
+def _lower_and_run(model: nn.Module, sample: tuple):
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.runtime import Runtime
+
+    partitioner = CoreAIPartitioner()
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model.eval(), sample),
+        partitioner=[partitioner],
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+    )
+    outside = outside_delegates(edge)["forward"]
+    load_runtime_backend()
+    actual = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
+    return outside, partitioner.refused, actual
+
+
+x = torch.randn(2, 8, 8)
+
+
+@pytest.mark.parametrize(
+    "model, sample",
+    [
+        (ScaledByInput(), (x, torch.tensor(3.0))),
+        (ScaledByInput(), (x, torch.tensor(3))),  # int64: its int32 cast is rank 0 too
+        (ScaledBySum(), (x,)),  # the rank-0 sum stays outside (reductions.py), so its reader does too
+    ],
+    ids=["float input", "int64 input", "sum left outside"],
+)
+def test_a_rank0_operand_from_outside_keeps_its_reader_outside_and_the_pte_gives_eagers_result(model, sample):
+    outside, refused, actual = _lower_and_run(model, sample)
+    assert outside["aten.mul.Tensor"] == 1
+    assert "rank-0 delegate input" in refused["aten.mul.Tensor"]
+    assert "aten.relu.default" not in outside
+    torch.testing.assert_close(actual, model(*sample))
+
+
+def test_a_rank0_constant_stays_inside_the_delegate():
+    model = ScaledByBuffer()
+    outside, refused, actual = _lower_and_run(model, (x,))
+    assert not outside
+    torch.testing.assert_close(actual, model(x))

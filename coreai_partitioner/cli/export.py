@@ -29,7 +29,6 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Iterator, Protocol
 
 import torch
@@ -181,7 +180,7 @@ class Plan:
 # ---------------------------------------------------------------- the one command
 
 
-def build_parser(task: ModuleType, prog: str | None = None) -> argparse.ArgumentParser:
+def build_parser(task: Task, prog: str | None = None) -> argparse.ArgumentParser:
     """The task's command line: the source, the common flags, the shared flags it takes, its own."""
     parser = argparse.ArgumentParser(prog=prog, description=task.__doc__.splitlines()[0], epilog=_examples(task),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -198,12 +197,12 @@ def build_parser(task: ModuleType, prog: str | None = None) -> argparse.Argument
     return parser
 
 
-def _examples(task: ModuleType) -> str:
+def _examples(task: Task) -> str:
     """The task's usage lines (its docstring's indented block)."""
     return "examples:\n" + task.__doc__.split("\n\n")[1] if "\n\n" in task.__doc__ else ""
 
 
-def run_task(task: ModuleType, argv: list[str] | None = None, prog: str | None = None) -> int:
+def run_task(task: Task, argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run ``task``'s command on ``argv``; returns the exit status (errors print one line naming what and the fix)."""
     return run_command(lambda prog: build_parser(task, prog), lambda args: run(task, args), argv, prog)
 
@@ -214,7 +213,7 @@ def export_llm(argv: list[str] | None = None, prog: str | None = None) -> int:
     return run_task(importlib.import_module(TASKS["text-generation"]), argv, prog)
 
 
-def run(task: ModuleType, args: argparse.Namespace) -> None:
+def run(task: Task, args: argparse.Namespace) -> None:
     """Settle, then (unless ``--dry-run``) export to ``OUT.partial``, verify, keep it as ``--out``, and run it."""
     try:
         plan = settle(task, args)
@@ -235,7 +234,7 @@ def run(task: ModuleType, args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------- before any export work
 
 
-def settle(task: ModuleType, args: argparse.Namespace) -> Plan:
+def settle(task: Task, args: argparse.Namespace) -> Plan:
     """Every check that needs no weights, the shared ones here, the task's own in its ``settle``."""
     if args.checkpoint is None and args.config is None:
         raise CommandError(
@@ -253,7 +252,7 @@ def settle(task: ModuleType, args: argparse.Namespace) -> Plan:
     return plan
 
 
-def model_config(task: ModuleType, args: argparse.Namespace) -> Any:
+def model_config(task: Task, args: argparse.Namespace) -> Any:
     """``--checkpoint``'s config, or ``--config``'s tiny one."""
     if not args.checkpoint:
         return task.tiny_config(args.config)
@@ -277,7 +276,7 @@ def first_layers(config: Any, args: argparse.Namespace) -> Any:
         raise CommandError(str(error)) from None
 
 
-def choose_tokenizer(task: ModuleType, args: argparse.Namespace) -> Any:
+def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
     """The checkpoint's tokenizer, checked as ExecuTorch's runner loads it, before any export work; ``None`` for a tiny
     model, under ``--no-tokenizer``, or (with a warning) where a task that takes ``--no-tokenizer`` finds none."""
     from coreai_partitioner.decoder import tokenizer
@@ -328,7 +327,7 @@ class Phases:
         return "  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.seconds.items())
 
 
-def load_model(task: ModuleType, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
+def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
     """The checkpoint at ``dtype``; or the tiny config's seeded model, made in fp32 and loaded into one made at ``dtype``
     (what a checkpoint of it loads as), so its fp32 twin (``--verify``'s reference) has the same weights."""
     import transformers
@@ -353,7 +352,7 @@ def load_model(task: ModuleType, plan: Plan, dtype: torch.dtype) -> torch.nn.Mod
     return model
 
 
-def export(task: ModuleType, plan: Plan, partial: Path) -> None:
+def export(task: Task, plan: Plan, partial: Path) -> None:
     """Load, lower, write ``partial``, verify it; then it becomes ``--out``, the task's companions beside it."""
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 
@@ -389,7 +388,7 @@ def export(task: ModuleType, plan: Plan, partial: Path) -> None:
     print(f"wrote {args.out}" + (f" and {', '.join(p.name for p in written)}" if written else " (nothing beside it)"))
 
 
-def verify_pte(task: ModuleType, plan: Plan, pte: Path, verified: Any, eager: Any) -> None:
+def verify_pte(task: Task, plan: Plan, pte: Path, verified: Any, eager: Any) -> None:
     """Print the ``.pte``'s report; a ``.pte`` that falls short of the eager model it was lowered from is not kept."""
     start = time.perf_counter()
     with console.NativeStreams():

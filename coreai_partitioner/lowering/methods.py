@@ -18,6 +18,9 @@ import torch
 from torch.export import ExportedProgram
 
 from coreai_partitioner import _compat
+from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
+from coreai_partitioner.lowering.whole_program import lower_whole_programs
+from coreai_partitioner.partition.partitioner import CoreAIPartitioner
 
 #: Partitioner options :func:`lower_methods` sets itself: one inline asset, a function per method, and the caches
 #: as delegate state (host form) or as ExecuTorch's mutable buffers (device form).
@@ -40,13 +43,9 @@ def lower_methods(
     to ExecuTorch, backend id ``CoreAIBackend``, every delegate checked against
     the runtime's contract (``bounded``: the upper bound of a bounded-dynamic
     dimension it may take).  ``partitioner_options`` go to each
-    :class:`~coreai_partitioner.CoreAIPartitioner`; those in :data:`SET_HERE`
+    :class:`~coreai_partitioner.partition.partitioner.CoreAIPartitioner`; those in :data:`SET_HERE`
     are refused.
     """
-    from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
-    from coreai_partitioner.lowering.whole_program import lower_whole_programs
-
     refused = SET_HERE & set(partitioner_options)
     if refused:
         form = "the device form" if device else "a lowering to one shared asset"

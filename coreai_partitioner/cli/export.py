@@ -296,6 +296,12 @@ def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
     return None
 
 
+def tokenizer_beside(plan: Plan) -> Path:
+    """The tokenizer file written beside the ``.pte`` (the checkpoint's under its own name, a tiny model's
+    ``tokenizer.json``): what ``--generate`` hands the runner."""
+    return plan.args.out.parent / (plan.tokenizer.path.name if plan.tokenizer else "tokenizer.json")
+
+
 def describe_tokenizer(plan: Plan) -> str:
     """The dry run's tokenizer line."""
     if plan.tokenizer is not None:

@@ -37,7 +37,7 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import Phases, Plan, copy_beside, describe_tokenizer, first_layers
+from coreai_partitioner.cli.export import Phases, Plan, copy_beside, describe_tokenizer, first_layers, tokenizer_beside
 
 NAME = "image-text-to-text"
 MODEL = "AutoModelForImageTextToText"
@@ -307,7 +307,7 @@ def after(plan: VisionPlan) -> None:
         return
     processed = prompt_inputs(plan, args.generate)
     segments = runner_inputs(processed, plan.config.image_token_id, plan.family.image_tokens(plan.config))
-    tokenizer = args.out.parent / (plan.tokenizer.path.name if plan.tokenizer else "tokenizer.json")
+    tokenizer = tokenizer_beside(plan)
     start = time.perf_counter()
     pieces = runner_generate(args.out, tokenizer, segments, args.new_tokens)
     print(f"\ngenerate: {args.generate!r} -> {''.join(pieces)!r}")

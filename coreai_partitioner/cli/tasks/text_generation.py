@@ -40,7 +40,7 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import Phases, Plan, describe_tokenizer, first_layers
+from coreai_partitioner.cli.export import Phases, Plan, describe_tokenizer, first_layers, tokenizer_beside
 
 NAME = "text-generation"
 MODEL = "AutoModelForCausalLM"
@@ -218,7 +218,7 @@ def companions(plan: TextPlan, directory: Path) -> list[Path]:
 
 def after(plan: TextPlan) -> None:
     args = plan.args
-    tokenizer = args.out.parent / (plan.tokenizer.path.name if plan.tokenizer else "tokenizer.json")
+    tokenizer = tokenizer_beside(plan)
     if args.generate is not None:
         generate(args.out, tokenizer, args.generate, plan.shapes, args.new_tokens)
     if args.chat is not None:

@@ -34,11 +34,11 @@ RESULTS = HERE / "results"
 FLOWS = ("coreai", "xnnpack")
 #: ExecuTorch's backend suite's torchvision models (models/test_torchvision.py, static shapes), resnet18 beside them,
 #: and vit_b_16 with a drawn head.
-MODELS = (
-    "alexnet", "convnext_small", "densenet161", "efficientnet_b4", "efficientnet_v2_s", "googlenet", "inception_v3",
-    "maxvit_t", "mnasnet1_0", "mobilenet_v2", "mobilenet_v3_small", "regnet_y_1_6gf", "resnet18", "resnet50",
-    "resnext50_32x4d", "shufflenet_v2_x1_0", "squeezenet1_1", "swin_v2_t", "vgg11", "vit_b_16", "vit_b_16_random_head",
-    "wide_resnet50_2",
+MODELS = (  # lightest first, so that a run stopped early has measured the most models
+    "squeezenet1_1", "mobilenet_v3_small", "shufflenet_v2_x1_0", "mnasnet1_0", "mobilenet_v2", "resnet18", "googlenet",
+    "regnet_y_1_6gf", "efficientnet_v2_s", "resnet50", "resnext50_32x4d", "efficientnet_b4", "inception_v3", "alexnet",
+    "swin_v2_t", "maxvit_t", "convnext_small", "densenet161", "wide_resnet50_2", "vgg11", "vit_b_16",
+    "vit_b_16_random_head",
 )
 
 
@@ -97,7 +97,7 @@ def measure(name: str, flow: str, runs: int) -> dict:
     graph = t.get_artifact().exported_program().graph
     calls = [n for n in graph.nodes if n.op == "call_function"]
     row["delegates"] = sum(n.target is executorch_call_delegate for n in calls)
-    row["outside"] = sorted({str(n.target) for n in calls if n.target is not executorch_call_delegate and "getitem" not in str(n.target)})
+    row["outside"] = sorted({getattr(n.target, "__name__", str(n.target)) for n in calls if n.target is not executorch_call_delegate and "getitem" not in str(n.target)})
     row["nodes_outside"] = sum(n.target is not executorch_call_delegate and "getitem" not in str(n.target) for n in calls)
     with profile.phase("to_executorch + serialize"):
         t.to_executorch()
@@ -128,9 +128,11 @@ def measure(name: str, flow: str, runs: int) -> dict:
 
 def run_row(name: str, flow: str, runs: int, timeout: int) -> dict:
     """One row in a process of its own: a crash or a time-out is the row's result, not the benchmark's end."""
+    from backend_suite import environment
+
     command = [sys.executable, __file__, "--row", name, flow, "--runs", str(runs)]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
     except subprocess.TimeoutExpired:
         return {"model": name, "flow": flow, "error": f"timed out after {timeout} s"}
     for line in reversed(done.stdout.splitlines()):
@@ -157,10 +159,15 @@ def report(rows: list[dict]) -> str:
     widths = [max(len(str(r[i])) for r in [header] + lines) for i in range(len(header))]
     fmt = lambda r: "| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
     text = [fmt(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [fmt(r) for r in lines]
-    outside = [f"  {r['model']} ({r['flow']}): {', '.join(r['outside'])}" for r in rows if r.get("outside")]
+    outside = [f"  {r['model']} ({r['flow']}): {', '.join(_op_name(op) for op in r['outside'])}" for r in rows if r.get("outside")]
     if outside:
         text += ["", "ops outside the delegates"] + outside
     return "\n".join(text)
+
+
+def _op_name(text: str) -> str:
+    """``aten.mean.dim`` from an edge op's name or its printed form (``<EdgeOpOverload: aten.mean.dim>: schema = ...``)."""
+    return text.removeprefix("<EdgeOpOverload: ").split(">", 1)[0]
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -207,13 +214,14 @@ def main() -> None:
         print(report(json.loads(args.load.read_text())["rows"]))
         return
     rows = []
+    RESULTS.mkdir(exist_ok=True)
     for name in args.models:
         for flow in args.flows:
             rows.append(run_row(name, flow, args.runs, args.timeout))
             print(report(rows[-1:]).splitlines()[-1], flush=True)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=1) + "\n")
-    (RESULTS / f"{args.name}.txt").write_text(report(rows) + "\n")
+            # written after every row: a run stopped early keeps what it measured
+            (RESULTS / f"{args.name}.json").write_text(json.dumps({"runs": args.runs, "rows": rows}, indent=1) + "\n")
+            (RESULTS / f"{args.name}.txt").write_text(report(rows) + "\n")
     plot(rows, RESULTS / f"{args.name}.png")
     print(report(rows))
 

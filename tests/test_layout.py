@@ -16,12 +16,12 @@ PACKAGE = ROOT / "coreai_partitioner"
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
 STAGES = (
     "root", "records", "backends", "partition", "quantize", "lowering", "verify", "blocks", "decoder", "llm", "vision",
-    "speech", "recipes", "cli",
+    "speech", "text_encoder", "image_classification", "recipes", "cli",
 )
 
 #: A task's own room: what only it exports.  What two tasks share lives in a stage before them (``blocks/``,
 #: ``decoder/``, ``lowering/``), never in one task's room.
-TASK_ROOMS = ("llm", "vision", "speech")
+TASK_ROOMS = ("llm", "vision", "speech", "text_encoder", "image_classification")
 
 
 def modules() -> dict[str, Path]:

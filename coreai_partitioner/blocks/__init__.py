@@ -14,7 +14,8 @@ composites where the math is the composite's:
 - :mod:`.recurrent`: :class:`GatedDeltaNet` (``gated_delta_update``) and the causal convolution;
 - :mod:`.block`: :class:`Block`, one layer;
 - :mod:`.encoder`: :class:`EncoderLayer`, an encoder's layer (vision towers, speech encoders): bidirectional
-  :class:`EncoderAttention` without a cache (SDPA, not causal), HF's LayerNorms (``layer_norm``), an :class:`MLP`.
+  :class:`EncoderAttention` without a cache (SDPA, not causal), HF's LayerNorms (``layer_norm``), an :class:`MLP`;
+  :class:`PostNormEncoderLayer`, the same parts normalized after each residual sum (BERT-class text encoders).
 
 Each holds the general math.  A family whose math differs (an output gate,
 soft-capped logits, interleaved experts) subclasses or composes one of these
@@ -24,7 +25,7 @@ grows no option for one family.
 
 from coreai_partitioner.blocks.attention import Attention, AttentionShape
 from coreai_partitioner.blocks.block import Block
-from coreai_partitioner.blocks.encoder import MLP, EncoderAttention, EncoderLayer
+from coreai_partitioner.blocks.encoder import MLP, EncoderAttention, EncoderLayer, PostNormEncoderLayer
 from coreai_partitioner.blocks.cache import (
     WindowPlan,
     ring_positions_before,
@@ -54,6 +55,7 @@ __all__ = [
     "GatedMLP",
     "MoE",
     "Norm",
+    "PostNormEncoderLayer",
     "Recurrent",
     "RopeTable",
     "Step",

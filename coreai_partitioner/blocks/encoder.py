@@ -1,7 +1,10 @@
 """An encoder's layer: bidirectional self-attention over a call's own tokens, no cache, and a plain MLP.
 
-Vision towers (CLIP, SigLIP) and speech encoders (Whisper) are stacks of the
-same pre-norm layer: ``h = x + attn(norm1(x))``, then ``h + mlp(norm2(h))``.
+Vision towers (CLIP, SigLIP, ViT) and speech encoders (Whisper) are stacks of
+the same pre-norm layer: ``h = x + attn(norm1(x))``, then ``h + mlp(norm2(h))``
+(:class:`EncoderLayer`).  BERT-class text encoders (BERT, RoBERTa, DistilBERT,
+the original Transformer's encoder) normalize after each residual sum instead:
+``h = norm1(x + attn(x))``, then ``norm2(h + mlp(h))`` (:class:`PostNormEncoderLayer`).
 The norms are the Hugging Face ``LayerNorm`` modules themselves, which
 coreai-torch converts to its ``layer_norm`` composite; attention is the SDPA
 composite, not causal.
@@ -22,7 +25,8 @@ class EncoderAttention(nn.Module):
     ``q``, ``k``, ``v``, ``o`` are the HF projections (``out_proj`` for
     ``o``), ``heads`` of ``head_dim`` each.  A ``mask`` ``[1, 1, T, T]`` (True:
     attend) limits who attends whom; without one every token attends every
-    token.
+    token.  A mask ``[B, 1, T, T]`` gives each of a batch's sequences its own
+    (a padding mask).
     """
 
     def __init__(
@@ -67,3 +71,16 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         h = x + self.attention(self.norm1(x), mask)
         return h + self.mlp(self.norm2(h))
+
+
+class PostNormEncoderLayer(nn.Module):
+    """One post-norm encoder layer: ``h = norm1(x + attn(x))``, then ``norm2(h + mlp(h))``."""
+
+    def __init__(self, attention: EncoderAttention, mlp: nn.Module, *, norm1: nn.Module, norm2: nn.Module) -> None:
+        super().__init__()
+        self.attention, self.mlp = attention, mlp
+        self.norm1, self.norm2 = norm1, norm2
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.norm1(x + self.attention(x, mask))
+        return self.norm2(h + self.mlp(h))

@@ -10,6 +10,9 @@ re-propagates in the program's own fake mode, so the symbols stay the
 program's.
 
 :class:`SplitSymbolicSizes` keeps a symbolic size off a delegate's boundary.
+:class:`RemoveNoopAsStrided` drops the ``as_strided_copy`` that restrides a
+tensor to its own layout (``adaptive_avg_pool2d(x, 1)`` in the heads of
+convnext and swin), which coreai-torch does not convert.
 :func:`remove_noop_expands`, run on an exported program before lowering,
 keeps a dimension enumerable down to 1 (an LLM's ``T`` in {1, chunk}): it
 drops the ``expand`` calls that specialize wrongly in Core AI (coreai-core 1.0.0b3).
@@ -111,9 +114,48 @@ class SplitSymbolicSizes:
         return PassResult(graph_module, modified)
 
 
+class RemoveNoopAsStrided:
+    """Drop each ``as_strided_copy`` whose result is its input: same shape, no offset, and the strides of a dense
+    tensor of that shape wherever a dim has more than one element.
+
+    Decomposing ``adaptive_avg_pool2d(x, 1)`` restrides its ``(N, C, 1, 1)`` result to channels-last strides
+    (``[C, 1, C, C]``); an ExecuTorch tensor is dense, so reading it at those strides reads it whole, in order.
+    The converter has no lowering for ``as_strided``: kept, it is a node outside that splits the model in two
+    delegates.
+    """
+
+    def __call__(self, graph_module: GraphModule) -> PassResult:
+        removed = False
+        for node in list(graph_module.graph.nodes):
+            if node.op == "call_function" and _compat.aten_op(node.target) is torch.ops.aten.as_strided_copy.default:
+                if _restrides_in_place(node):
+                    node.replace_all_uses_with(node.args[0])
+                    graph_module.graph.erase_node(node)
+                    removed = True
+        if removed:
+            graph_module.recompile()
+        return PassResult(graph_module, removed)
+
+
+def _restrides_in_place(node: torch.fx.Node) -> bool:
+    source, size, stride = node.args[0], node.args[1], node.args[2]
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    shape = _val(source).shape if isinstance(_val(source), torch.Tensor) else None
+    if offset not in (None, 0) or shape is None or not all(isinstance(d, int) for d in (*size, *stride, *shape)):
+        return False
+    if list(shape) != list(size):
+        return False
+    dense = 1
+    for dim, step in zip(reversed(size), reversed(stride)):
+        if dim > 1 and step != dense:
+            return False
+        dense *= dim
+    return True
+
+
 def get_default_passes() -> list:
     """The edge transform passes Core AI lowering needs, for static and dynamic shapes alike."""
-    return [SplitSymbolicSizes(), NarrowToCoreAIDtypes()]
+    return [SplitSymbolicSizes(), RemoveNoopAsStrided(), NarrowToCoreAIDtypes()]
 
 
 def _to_copy_for(graph: torch.fx.Graph):

@@ -21,8 +21,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from backend_suite import environment
+
 SUITE = "executorch.backends.test.suite"
-TESTS = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,9 @@ def run(
     """Run the suite's ``modules`` on ``flows`` in a new process; the cases, in the order they were collected."""
     with tempfile.TemporaryDirectory(prefix="backend-suite-") as scratch:
         report = keep_report or Path(scratch) / "report.json"
-        environment = os.environ | {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
         completed = subprocess.run(
             command(modules, flows, report, workers=workers, timeout=timeout, keyword=keyword),
-            env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         if not report.exists():
             raise RuntimeError(f"the backend suite wrote no report (exit {completed.returncode}):\n{completed.stdout[-4000:]}")

@@ -34,6 +34,8 @@ setup(
         "coreai_partitioner.vision",
         "coreai_partitioner.vision.families",
         "coreai_partitioner.speech",
+        "coreai_partitioner.text_encoder",
+        "coreai_partitioner.image_classification",
         "coreai_partitioner.cli",
         "coreai_partitioner.cli.tasks",
         "coreai_partitioner.backends",
@@ -56,7 +58,7 @@ setup(
     ],
     extras_require={
         # gguf and accelerate load the real trained checkpoint the tests use (tests/real_checkpoint.py).
-        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0"],
+        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0"],
         "quantize": ["coreai-opt==0.4.0"],
         # Tested on 5.24.0 and on 5.0.0rc1 (what optimum-executorch 1.1.0 pins): tests/test_transformers_rc1.py.
         "hf": ["transformers>=5.0.0rc1,<=5.24.0"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -42,10 +43,12 @@ def operator_modules() -> list[str]:
 
 def measure(suite: str, flows: list[str], workers: int, keyword: str | None) -> dict:
     modules = operator_modules() if suite == "operators" else ["models.test_torchvision"]
+    commit = subprocess.run(["git", "-C", str(HERE), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     started = time.perf_counter()
     cases = run.run(modules, flows, workers=workers, timeout=1200 if suite == "models" else 120, keyword=keyword)
     return {
         "suite": suite,
+        "commit": commit,
         "flows": flows,
         "workers": workers,
         "seconds": round(time.perf_counter() - started, 1),
@@ -64,7 +67,7 @@ def report(results: dict) -> str:
     flows = results["flows"]
     lines = [
         f"ExecuTorch backend suite ({results['suite']}), flows {', '.join(flows)}, one run: "
-        f"{results['seconds']:.0f} s on {results['workers']} pytest-xdist workers",
+        f"{results['seconds']:.0f} s on {results['workers']} pytest-xdist workers, at commit {results.get('commit', '?')}",
         "",
     ]
     summary = []

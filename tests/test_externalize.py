@@ -108,9 +108,12 @@ class Plain(torch.nn.Module):
         return self.lin(x)
 
 
-def test_targets_that_match_nothing_warn():
-    with pytest.warns(UserWarning, match="none of the 5 target.*Plain.*nothing is externalized"):
+def test_a_model_without_composites_is_silent_and_own_targets_it_lacks_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
         externalize_modules(Plain(), default_specs(), export_fn=export_fn(torch.randn(2, 4)))
+    with pytest.warns(UserWarning, match="target.*TwoNorms match no submodule of Plain"):
+        externalize_modules(Plain(), [ExternalizeSpec(TwoNorms)], export_fn=export_fn(torch.randn(2, 4)))
 
 
 def test_unmatched_default_specs_are_silent_but_unmatched_own_specs_warn():

@@ -3,6 +3,7 @@ and a tiny decoder's .pte against its eager model, passing, and against its brok
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from pathlib import Path
@@ -60,6 +61,76 @@ def test_the_tolerance_is_the_rounding_bound_of_the_dtype_width_and_depth_less_t
     # Wider and deeper models round more; their tolerance is looser, never a measured model's SNR.
     assert fidelity.runtime_threshold("fp16", width=3072, depth=31).snr < threshold.snr
     assert fidelity.runtime_threshold("fp16", width=1536, depth=62).snr < threshold.snr
+
+
+def products_per_output(conv: torch.nn.Module) -> int:
+    """The most products a convolution sums into one output, counted: all-ones weights over an all-ones input."""
+    conv = copy.deepcopy(conv).double()
+    with torch.no_grad():
+        conv.weight.fill_(1.0)
+        conv.bias.zero_()
+        return int(conv(torch.ones(1, conv.in_channels, *[9] * (conv.weight.dim() - 2), dtype=torch.float64)).max())
+
+
+CONVOLUTIONS = {
+    "conv1d": torch.nn.Conv1d(6, 4, 5),
+    "conv2d": torch.nn.Conv2d(8, 16, (3, 5)),
+    "conv3d": torch.nn.Conv3d(4, 2, 3),
+    "grouped": torch.nn.Conv2d(8, 16, 3, groups=2),
+    "depthwise": torch.nn.Conv2d(8, 8, 3, groups=8),
+    "transposed": torch.nn.ConvTranspose2d(8, 4, 3),
+    "transposed, stride 2": torch.nn.ConvTranspose2d(8, 4, 3, stride=2),
+    "transposed, grouped, strided, dilated": torch.nn.ConvTranspose2d(8, 6, (4, 3), stride=(2, 3), groups=2, dilation=(1, 2)),
+    "transposed 1d, stride 3, dilation 2": torch.nn.ConvTranspose1d(3, 5, 5, stride=3, dilation=2),
+    "transposed 3d": torch.nn.ConvTranspose3d(4, 4, 3),
+}
+
+
+@pytest.mark.parametrize("conv", list(CONVOLUTIONS.values()), ids=list(CONVOLUTIONS))
+def test_a_convolutions_reduction_is_every_product_summed_into_one_output(conv):
+    assert fidelity.reduction_length(conv) == products_per_output(conv)
+
+
+def test_the_reduction_is_a_linears_inputs_nothing_for_an_embedding_and_the_longest_dimension_of_another_weight():
+    assert fidelity.reduction_length(torch.nn.Linear(48, 16)) == 48
+    assert fidelity.reduction_length(torch.nn.Conv2d(3, 16, 3)) == 27  # a stem: 3 channels times 3 x 3, not its width 3
+    assert fidelity.reduction_length(torch.nn.Embedding(100, 8)) == 0  # a gather sums nothing
+    experts = torch.nn.Module()
+    experts.gate = torch.nn.Parameter(torch.zeros(4, 24, 64))  # the op reducing it is not known: its longest dim
+    assert fidelity.reduction_length(experts, "gate") == 64
+
+
+def test_a_tied_weight_takes_the_longer_reduction_and_an_embedding_adds_no_depth():
+    model = torch.nn.Sequential(torch.nn.Embedding(100, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 100))
+    model[2].weight = model[0].weight  # a lm_head tied to the embedding
+    assert fidelity.reduction_lengths(model) == {"0.weight": 8, "1.weight": 8}
+    assert fidelity.runtime_threshold_of(model, "fp16") == fidelity.runtime_threshold("fp16", width=8, depth=2)
+    with pytest.raises(ValueError, match="Embedding has no weights an op reduces over.*threshold="):
+        fidelity.runtime_threshold_of(torch.nn.Embedding(10, 4), "fp16")
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.body = torch.nn.Conv2d(16, 32, 3, padding=1, groups=2)
+        self.head = torch.nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.body(torch.relu(self.stem(x))))
+        return self.head(x.mean((2, 3)))
+
+
+@pytest.mark.slow
+def test_an_fp16_cnn_passes_verify_at_the_tolerance_of_its_widest_convolution():
+    from coreai_partitioner import lower
+
+    torch.manual_seed(0)
+    model, x = SmallCNN().eval(), torch.randn(2, 3, 16, 16)
+    report = verify.check(lower(model, (x,), dtype=torch.float16), copy.deepcopy(model).half(), x.half(), dtype=torch.float16)
+    assert report.ok, report
+    # body: 16 / 2 channels times 3 x 3 = 72 products an output, its kernel width 3 before
+    assert report.outputs[0].threshold == fidelity.runtime_threshold("fp16", width=72, depth=3)
 
 
 def test_the_rounding_bound_holds_every_matmul_the_benchmark_measured_on_the_runtime():

@@ -23,11 +23,6 @@ class ScaledByInput(nn.Module):
         return torch.relu(x) * scale
 
 
-class ScaledBySum(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * x.sum()
-
-
 class ScaledByBuffer(nn.Module):
     def __init__(self):
         super().__init__()
@@ -62,9 +57,8 @@ x = torch.randn(2, 8, 8)
     [
         (ScaledByInput(), (x, torch.tensor(3.0))),
         (ScaledByInput(), (x, torch.tensor(3))),  # int64: its int32 cast is rank 0 too
-        (ScaledBySum(), (x,)),  # the rank-0 sum stays outside (reductions.py), so its reader does too
     ],
-    ids=["float input", "int64 input", "sum left outside"],
+    ids=["float input", "int64 input"],
 )
 def test_a_rank0_operand_from_outside_keeps_its_reader_outside_and_the_pte_gives_eagers_result(model, sample):
     outside, refused, actual = _lower_and_run(model, sample)

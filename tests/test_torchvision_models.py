@@ -27,9 +27,9 @@ def _torchvision_installed():
         pytest.skip(message)
 
 
-@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18"])
-def test_a_torchvision_model_is_one_delegate_with_nothing_outside_and_gives_eagers_output(name):
-    result = models.run(name, size=96)
+@pytest.mark.parametrize("name, size", [("mobilenet_v2", 96), ("resnet18", 96), ("swin_v2_block", 8)])
+def test_a_torchvision_model_is_one_delegate_with_nothing_outside_and_gives_eagers_output(name, size):
+    result = models.run(name, size=size)
     assert result["outside"] == {}, f"nodes left outside the Core AI delegate: {result['outside']}"
     assert result["delegates"] == 1
     assert result["snr_db"] > 80

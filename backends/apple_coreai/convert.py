@@ -18,7 +18,9 @@ from .manifest import MAIN_ENTRYPOINT
 from .asset import BuildIndependentConverter, to_aten
 from coreai_partitioner.records.carried import CallSiteRecord, delegate_call_sites
 from coreai_partitioner.records.call_sites import call_sites_by_op, module_path, name_call_sites
-from coreai_partitioner.backends.apple_coreai.passes import expand_repeated_heads, index_selects, order_state_writes, state_operands_as_values
+from coreai_partitioner.backends.apple_coreai.passes import (
+    expand_repeated_heads, index_selects, order_state_writes, pool_arguments_in_full, state_operands_as_values,
+)
 from coreai_partitioner.records.programs import with_own_graph
 
 from .debug_info import DEFAULT as DEFAULT_DEBUG_INFO, keep_only
@@ -81,7 +83,8 @@ def _rename(graph: fx.Graph, claimed: list[CallSiteRecord]) -> None:
 def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> Any:
     """Convert a delegate's program (edge form, owned by the caller) to an ``AIProgram`` whose function is ``main``.
 
-    The program is rewritten in place: ATen targets, call sites renamed,
+    The program is rewritten in place: ATen targets, call sites renamed, pool arguments written out
+    (:func:`~.passes.pool_arguments_in_full`),
     repeated heads expanded (:func:`~.passes.expand_repeated_heads`),
     state writes in state order (:func:`~.passes.order_state_writes`), a state read
     by a composite made a value first (:func:`~.passes.state_operands_as_values`).
@@ -100,6 +103,7 @@ def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str =
     for function, program in programs.items():
         records = converter_records(program.graph, prefix="" if len(programs) == 1 else f"{function}__")
         to_aten(program)
+        pool_arguments_in_full(program.graph_module)
         expand_repeated_heads(program.graph_module)
         order_state_writes(program)
         state_operands_as_values(program)

@@ -9,6 +9,9 @@ not as the state itself.
 :func:`expand_repeated_heads` turns GQA's head repeat by ``index_select``
 into an ``expand``, which coreai-core does not fold into a constant of K's
 shape.
+
+:func:`pool_arguments_in_full` writes a pool's omitted arguments out, as
+coreai-torch reads them by position.
 """
 
 from __future__ import annotations
@@ -177,3 +180,47 @@ def _erase_unused(node, graph: torch.fx.Graph) -> None:
         inputs = current.all_input_nodes
         graph.erase_node(current)
         pending.extend(inputs)
+
+
+
+#: pool op -> its arguments after the input, by name, with PyTorch's defaults (a stride of ``None`` or ``[]`` is the
+#: kernel size: ``F.avg_pool2d(x, 2, ceil_mode=True)`` passes ``[]``)
+_POOL_ARGUMENTS = {
+    torch.ops.aten.avg_pool2d.default: (
+        ("kernel_size", None), ("stride", None), ("padding", [0, 0]), ("ceil_mode", False), ("count_include_pad", True),
+    ),
+    torch.ops.aten.avg_pool3d.default: (
+        ("kernel_size", None), ("stride", None), ("padding", [0, 0, 0]), ("ceil_mode", False), ("count_include_pad", True),
+    ),
+    torch.ops.aten.max_pool2d_with_indices.default: (
+        ("kernel_size", None), ("stride", None), ("padding", [0, 0]), ("dilation", [1, 1]), ("ceil_mode", False),
+    ),
+}
+
+
+def pool_arguments_in_full(graph_module: GraphModule) -> int:
+    """Write each pool's arguments out by position, the stride as the kernel size when omitted; returns how many pools.
+
+    coreai-torch reads them by position: it takes a stride of ``[]`` as the
+    stride and dies on it (IndexError for ``avg_pool2d``, "rank 2 vs 4" for
+    ``max_pool2d_with_indices``), and it reads ``count_include_pad`` whenever
+    ``ceil_mode`` is given (IndexError when it is omitted).  ``divisor_override``
+    stays as it is: the converter reads it only when present.
+    """
+    rewritten = 0
+    for node in graph_module.graph.nodes:
+        arguments = _POOL_ARGUMENTS.get(_compat.aten_op(node.target)) if node.op == "call_function" else None
+        if arguments is None:
+            continue
+        args, kwargs = list(node.args), dict(node.kwargs)
+        for index, (name, default) in enumerate(arguments, start=1):
+            if index >= len(args):
+                args.append(kwargs.pop(name, default))
+        if not args[2]:
+            args[2] = list(args[1])
+        if tuple(args) != node.args or kwargs != node.kwargs:
+            node.args, node.kwargs = tuple(args), kwargs
+            rewritten += 1
+    if rewritten:
+        graph_module.recompile()
+    return rewritten

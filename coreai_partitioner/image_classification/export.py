@@ -58,7 +58,7 @@ def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None 
     ViT and DeiT go through :mod:`.vit`; any other classifier is lowered
     whole.  Returns the ``EdgeProgramManager`` (:func:`coreai_partitioner.save_pte`
     writes it); ``metadata`` adds constant methods to ``get_image_size``
-    (height, width) and ``get_num_channels``.
+    (height, width) and ``get_num_channels``, which win where both name one.
     """
     from coreai_partitioner.lowering.lower import lower
 
@@ -68,7 +68,7 @@ def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None 
         "%s (%s): %s, an image of %s", model.config.model_type, type(model).__name__,
         "adapted" if adapted(model) else "lowered whole", "x".join(map(str, pixels.shape[1:])),
     )
-    constants = {"get_image_size": list(pixels.shape[2:]), "get_num_channels": pixels.shape[1], **(metadata or {})}
+    constants = {**(metadata or {}), "get_image_size": list(pixels.shape[2:]), "get_num_channels": pixels.shape[1]}
     return lower(module, (pixels,), constant_methods=constants, **partitioner_options)
 
 

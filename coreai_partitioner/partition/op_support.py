@@ -46,11 +46,14 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         if node.op == "call_function" and _is_int32_cast(node) and _placeholder_name(node.args[0]) in self._constants:
             # a 64-bit constant narrowed by get_default_passes(): the delegate takes the constant's data and the cast
             # (coreai-torch narrows 64-bit constants itself), so nothing is left outside for it
-            return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
+            return claims.refusal(node) is None and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
         if node.op == "call_function" and _is_pool_with_unread_indices(node):
             # max_pool2d_with_indices returns int64 indices beside its values; the converter returns zeros for them,
             # and a delegate cannot carry int64: claimed when only the values are read (claims/pooling.py checks it).
-            return claims.refusal(node) is None and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
+            reason = claims.refusal(node)
+            if reason is not None:
+                self.refused[str(_compat.aten_op(node.target))] = reason
+            return reason is None and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
         if node.op == "call_function" and _is_bool_mul(node):
             # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
             return False

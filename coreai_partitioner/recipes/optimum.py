@@ -29,6 +29,15 @@ of tokens, the whole context, or a model's smallest sliding window where it
 has one (the device form writes a call's rows into a ring at once), so
 optimum and ExecuTorch's runner prefill a prompt in one call or in chunks of
 that window.  Needs the transformers optimum-executorch pins (5.0.0rc1).
+
+optimum's ``fill-mask`` and ``image-classification`` tasks hand the recipe
+their ``MaskedLMExportableModule`` and ``VisionEncoderExportableModule``:
+``coreai`` exports a BERT-class masked LM with :mod:`coreai_partitioner.text_encoder`
+and a ViT or DeiT with :mod:`coreai_partitioner.image_classification`
+(``forward(input_ids, attention_mask)`` and ``forward(pixel_values)``, what
+``ExecuTorchModelForMaskedLM`` and ``ExecuTorchModelForImageClassification``
+call), and lowers any other model of those tasks whole, as the XNNPACK
+recipe lowers optimum's program.
 """
 
 from __future__ import annotations
@@ -37,6 +46,8 @@ import dataclasses
 import functools
 import logging
 from typing import Any
+
+import torch
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +69,6 @@ def export(
     model: Any, *, dtype: str | None = None, quantize: str | None = None, target: str = "host", **kwargs: Any
 ) -> dict[str, Any]:
     """An optimum-executorch recipe: ``{"model": ExecutorchProgramManager}`` of ``model`` (its exportable wrapper)."""
-    import torch
-
     from coreai_partitioner import llm
 
     if kwargs:
@@ -68,6 +77,9 @@ def export(
     if dtype is not None:
         hf_model = hf_model.to(getattr(torch, dtype))
     metadata = getattr(model, "metadata", {}) or {}
+    encoder_task = _encoder_task(model)
+    if encoder_task is not None:
+        return {"model": _export_encoder(hf_model, encoder_task, quantize, target, metadata).to_executorch()}
     vision_model = getattr(hf_model.config, "vision_config", None) is not None
     # optimum's image-text-to-text loader sizes its cache by max_length (its generation config), not max_seq_len.
     context = int(metadata.get("get_max_seq_len") or (vision_model and hf_model.generation_config.max_length) or 2048)
@@ -85,6 +97,64 @@ def export(
     return {"model": lowered.to_executorch()}
 
 
+def _encoder_task(model: Any) -> str | None:
+    """``fill-mask`` or ``image-classification`` when optimum hands over that task's exportable module, else None."""
+    from optimum.exporters.executorch.integrations import MaskedLMExportableModule, VisionEncoderExportableModule
+
+    if isinstance(model, MaskedLMExportableModule):
+        return "fill-mask"
+    if isinstance(model, VisionEncoderExportableModule):
+        return "image-classification"
+    return None
+
+
+def _constants(metadata: dict[str, Any]) -> dict[str, Any]:
+    """optimum's metadata that a constant method can return; optimum copies the processor's dicts in too."""
+
+    def constant(value: Any) -> bool:
+        values = value if isinstance(value, list) else [value]
+        return bool(values) and all(isinstance(v, (bool, int, float, str)) for v in values)
+
+    return {name: value for name, value in metadata.items() if constant(value)}
+
+
+def _export_encoder(hf_model: Any, task: str, quantize: str | None, target: str, metadata: dict[str, Any]) -> Any:
+    """optimum's ``fill-mask`` and ``image-classification`` models: ``forward(input_ids, attention_mask)`` and
+    ``forward(pixel_values)``, the methods ``ExecuTorchModelForMaskedLM`` and ``...ForImageClassification`` call.
+
+    A BERT-class masked LM goes through :mod:`coreai_partitioner.text_encoder` (``T`` dynamic up to the positions
+    it numbers, as optimum exports it), a ViT or DeiT through :mod:`coreai_partitioner.image_classification`; any
+    other model is lowered whole by :func:`coreai_partitioner.lower`, as the XNNPACK recipe lowers optimum's program.
+    """
+    from coreai_partitioner import image_classification, lower, text_encoder
+
+    if quantize is not None or target != "host":
+        raise ValueError(
+            f"{hf_model.config.model_type} {task}: the coreai recipes export encoder tasks unquantized for the host "
+            "runtime; use recipe='coreai' (or 'coreai_fp16')"
+        )
+    extra = _constants(metadata)
+    if task == "image-classification":
+        return image_classification.lower_image_classifier(hf_model, metadata=extra)
+    if hf_model.config.model_type in text_encoder.supported():
+        return text_encoder.lower_text_encoder(hf_model, "fill-mask", metadata=extra)
+    logger.info("coreai recipe: %s is not a text encoder this package adapts; lowered whole", hf_model.config.model_type)
+    tokens = torch.ones(1, 2, dtype=torch.long)
+    length = torch.export.Dim("T", min=1, max=max(2, hf_model.config.max_position_embeddings - 1))
+    return lower(_MaskedLMLogits(hf_model), (tokens, tokens), dynamic_shapes=({1: length}, {1: length}), constant_methods=extra)
+
+
+class _MaskedLMLogits(torch.nn.Module):
+    """A Hugging Face masked LM as ``(input_ids, attention_mask) -> logits``, what optimum's program computes."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
 def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: dict[str, Any]) -> Any:
     """optimum's ``image-text-to-text`` model by :func:`coreai_partitioner.vision.lower_vlm`, optimum's metadata kept.
 
@@ -95,11 +165,7 @@ def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: d
     """
     from coreai_partitioner import vision
 
-    def constant(value: Any) -> bool:  # what a constant method returns; optimum copies the processor's dicts in too
-        values = value if isinstance(value, list) else [value]
-        return bool(values) and all(isinstance(v, (bool, int, float, str)) for v in values)
-
-    extra = {name: value for name, value in metadata.items() if constant(value)}
+    extra = _constants(metadata)
     eos = hf_model.config.get_text_config().eos_token_id
     extra.setdefault("get_eos_id", eos[0] if isinstance(eos, list) else eos)
     return vision.lower_vlm(hf_model, shapes, quantize=quantize, metadata=extra)

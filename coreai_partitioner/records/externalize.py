@@ -176,26 +176,23 @@ def _warn_on_unmatched(
     specs: list[_compat.ExternalizeSpec],
     matches: list[tuple[str, torch.nn.Module]],
 ) -> None:
-    """Warn when nothing matches, or when a spec of the caller's own matches nothing.
+    """Warn when a spec of the caller's own matches nothing; log when nothing matches at all.
 
     A default composite spec that matches nothing stays silent: ``default_specs()``
-    is a superset by design.
+    is a superset by design, and a model without composites (a plain CNN) is
+    exported whole and lowered op by op, a normal use of a partitioner.
     """
     matched = {
         next(i for i, spec in enumerate(specs) if isinstance(module, spec.target_class))
         for _, module in matches
     }
     if specs and not matched:
-        warnings.warn(
-            f"externalize_modules: none of the {len(specs)} target(s) "
-            f"({', '.join(s.target_class.__name__ for s in specs)}) matches a submodule of "
-            f"{type(model).__name__}, so nothing is externalized. Check the classes the "
-            "model really uses (print(model)), or swap its modules for "
-            "coreai_torch.composite_ops equivalents.",
-            UserWarning,
-            stacklevel=3,
+        logger.info(
+            "externalize_modules: no submodule of %s is one of the %d composite target(s); "
+            "it is exported whole and lowered op by op",
+            type(model).__name__,
+            len(specs),
         )
-        return
     defaults = {spec.target_class for spec in default_specs()}
     unmatched = [
         s.target_class.__name__
@@ -206,7 +203,7 @@ def _warn_on_unmatched(
         warnings.warn(
             f"externalize_modules: target(s) {', '.join(unmatched)} match no submodule of "
             f"{type(model).__name__}; they are not externalized. Check for a typo or a "
-            "stale class reference.",
+            "stale class reference (print(model) shows the classes the model uses).",
             UserWarning,
             stacklevel=3,
         )

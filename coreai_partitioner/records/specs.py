@@ -72,7 +72,9 @@ def default_specs() -> list[ExternalizeSpec]:
     """One spec per composite op leaf of the installed ``coreai_torch.composite_ops``.
 
     Pass them (plus your own) to :func:`coreai_partitioner.externalize_modules`.
-    A spec whose class does not occur in the model only warns.
+    A spec whose class does not occur in the model is skipped silently (a
+    model without composites is lowered op by op); a class of your own that
+    matches nothing warns.
     """
     return [_copy(spec) for spec in _installed_specs()]
 

@@ -91,7 +91,9 @@ def lower_text_encoder(
     ``B`` from 1 to ``max_batch``; a longer input than the position table
     numbers is refused here.  Returns the ``EdgeProgramManager``
     (:func:`coreai_partitioner.save_pte` writes it); ``metadata`` adds
-    constant methods to ``get_max_seq_len`` and ``get_max_batch_size``.
+    constant methods to ``get_max_seq_len`` and ``get_max_batch_size``, which
+    win where both name one (optimum's ``get_max_seq_len`` is the position
+    table's length, RoBERTa's longer than the input it numbers).
     """
     from coreai_partitioner.lowering.lower import export_with_composites, lower_exported
 
@@ -111,7 +113,7 @@ def lower_text_encoder(
     dims = {1: length} if max_batch == 1 else {0: torch.export.Dim("B", min=1, max=max_batch), 1: length}
     logger.info("%s %s: %d layer(s), T up to %d, B up to %d", model.config.model_type, task, len(module.encoder.layers), max_seq_len, max_batch)
     exported = export_with_composites(module, sample, dynamic_shapes=(dims, dims))
-    constants = {"get_max_seq_len": max_seq_len, "get_max_batch_size": max_batch, **(metadata or {})}
+    constants = {**(metadata or {}), "get_max_seq_len": max_seq_len, "get_max_batch_size": max_batch}
     return lower_exported(exported, constant_methods=constants, **partitioner_options)
 
 

@@ -61,6 +61,8 @@ __all__ = [
     "compare",
     "precision_name",
     "quality",
+    "reduction_length",
+    "reduction_lengths",
     "runtime_threshold",
     "runtime_threshold_of",
     "snr_psnr",
@@ -137,12 +139,65 @@ def width_of(model: torch.nn.Module) -> int:
 
 
 def runtime_threshold_of(model: torch.nn.Module, dtype: torch.dtype | str) -> Threshold:
-    """:func:`runtime_threshold` of any ``model``: its width the longest last dimension of its matrices (what a
-    Linear reduces over), its depth the number of them (as if all were in series: the most noise it can gather)."""
-    matrices = [p for p in model.parameters() if p.dim() >= 2 and p.is_floating_point() and p.numel()]
-    if not matrices:
-        raise ValueError(f"{type(model).__name__} has no weight matrices to take a width and a depth from; pass threshold=")
-    return runtime_threshold(dtype, width=max(p.shape[-1] for p in matrices), depth=len(matrices))
+    """:func:`runtime_threshold` of any ``model``: its width the longest reduction of a weight's op
+    (:func:`reduction_lengths`), its depth the number of weights that reduce (as if all were in series: the most
+    noise it can gather)."""
+    lengths = [length for length in reduction_lengths(model).values() if length > 0]
+    if not lengths:
+        raise ValueError(
+            f"{type(model).__name__} has no weights an op reduces over (a Linear's, a convolution's) to take a width "
+            "and a depth from; pass threshold="
+        )
+    return runtime_threshold(dtype, width=max(lengths), depth=len(lengths))
+
+
+def reduction_lengths(model: torch.nn.Module) -> dict[str, int]:
+    """``{parameter name: products summed per output element}`` for every floating weight of rank 2 and up in
+    ``model`` (:func:`reduction_length` of the module holding it); a weight two modules read (a tied lm_head's
+    embedding) takes the longer of their reductions, under its first name."""
+    lengths: dict[int, tuple[str, int]] = {}
+    for path, module in model.named_modules():
+        for name, weight in module.named_parameters(recurse=False):
+            if weight.dim() < 2 or not weight.is_floating_point() or not weight.numel():
+                continue
+            length = reduction_length(module, name)
+            first, known = lengths.get(id(weight), (f"{path}.{name}" if path else name, 0))
+            lengths[id(weight)] = (first, max(known, length))
+    return dict(lengths.values())
+
+
+_CONVOLUTIONS = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)
+_TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+
+
+def reduction_length(module: torch.nn.Module, parameter: str = "weight") -> int:
+    """How many products the op reading ``module``'s ``parameter`` sums into each output element: the ``K`` of
+    the rounding bound ``u * sqrt(K)``.
+
+    - a Linear ``[out, in]``: ``in``;
+    - a convolution ``[out, in / groups, *kernel]``: ``in / groups`` times the kernel's area or volume;
+    - a transposed convolution ``[in, out / groups, *kernel]``: ``in / groups`` times, along each spatial dim,
+      the kernel taps that land on one output, ``ceil(k / (stride / gcd(stride, dilation)))`` (with a stride
+      of 1, the whole kernel);
+    - an embedding: 0, a gather sums nothing;
+    - any other weight: its largest dimension, as the op reducing it is not known here; a longer ``K`` than the
+      true one only loosens the tolerance (by 10 log10 of the ratio, in dB), a shorter one would fail a right
+      program.
+    """
+    weight = getattr(module, parameter)
+    if isinstance(module, torch.nn.Embedding) and parameter == "weight":
+        return 0
+    if isinstance(module, torch.nn.Linear) and parameter == "weight":
+        return weight.shape[1]
+    if isinstance(module, _CONVOLUTIONS) and parameter == "weight":
+        return weight.shape[1] * math.prod(weight.shape[2:])
+    if isinstance(module, _TRANSPOSED) and parameter == "weight":
+        kernel = weight.shape[2:]
+        taps = [
+            math.ceil(k / (s // math.gcd(s, d))) for k, s, d in zip(kernel, module.stride, module.dilation)
+        ]
+        return weight.shape[0] // module.groups * math.prod(taps)
+    return max(weight.shape)
 
 
 def precision_name(dtype: torch.dtype | str = torch.float32, quantize: str | None = None) -> str:

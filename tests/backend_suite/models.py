@@ -3,7 +3,8 @@ its path: :func:`backend_suite.environment`).
 
     python -m backend_suite.models mobilenet_v2 --size 96
 
-Prints one JSON line: the ops left outside the delegates, how many delegates,
+``swin_v2_block`` is one shifted ``SwinTransformerBlockV2`` (``size`` x ``size``
+tokens of width 32).  Prints one JSON line: the ops left outside the delegates, how many delegates,
 and the SNR of the ``.pte``'s output (ExecuTorch's runtime, Core AI delegates
 on this machine's runtime) against eager.  Random weights, as the suite
 builds them.
@@ -32,8 +33,15 @@ def check(name: str, size: int) -> dict:
     from coreai_partitioner.verify.describe import outside_delegates
 
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)().eval()
-    sample = (torch.randn(1, 3, size, size),)
+    if name == "swin_v2_block":
+        # a shifted SwinTransformerBlockV2: its rank-0 constants (the 16 of 16 * sigmoid(bias)) go into the delegate
+        # with their data, never as rank-0 inputs, which trap the runtime (claims/scalars.py)
+        model = torchvision.models.swin_transformer.SwinTransformerBlockV2(32, 2, window_size=[4, 4], shift_size=[2, 2])
+        sample = (torch.randn(1, size, size, 32),)
+    else:
+        model = getattr(torchvision.models, name)()
+        sample = (torch.randn(1, 3, size, size),)
+    model.eval()
     tester = CoreAITester(model, sample)
     tester.export().to_edge_transform_and_lower()
     edge = tester.get_artifact()

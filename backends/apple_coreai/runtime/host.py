@@ -269,6 +269,11 @@ class _Delegate:
     output_structs: list[_Tensor] = field(default_factory=list)
     #: The last run's output arrays; the backend copies from them.
     outputs: list[np.ndarray] = field(default_factory=list)
+    #: The rank of each output as the asset declares it.
+    output_ranks: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.output_ranks = [len(self.asset.desc.output_descriptor(n).shape) for n in self.asset.output_names]
 
     @property
     def name(self) -> str:
@@ -296,6 +301,8 @@ class _Delegate:
                     f"output '{self.asset.output_names[i]}' came back as {array.dtype}, "
                     f"the asset declares {self.output_dtypes[i]}"
                 )
+            if array.ndim != self.output_ranks[i]:
+                raise ValueError(self._rank_changed(i, array))
             out = self.output_structs[i]
             out.data = _address(array)
             out.nbytes = array.nbytes
@@ -303,6 +310,16 @@ class _Delegate:
             out.rank = array.ndim
             out.sizes[: array.ndim] = array.shape
         self.outputs = arrays
+
+    def _rank_changed(self, index: int, array: np.ndarray) -> str:
+        name, rank = self.asset.output_names[index], self.output_ranks[index]
+        if rank == 0:
+            return (
+                f"output '{name}' is rank 0 in the asset, returned as {list(array.shape)}: reshape(1) it in the model "
+                "or lower it again with this coreai-partitioner, which keeps a rank-0 result out of a delegate's "
+                "outputs (coreai-core returns rank 0 as rank 1)"
+            )
+        return f"output '{name}' came back as shape {list(array.shape)}, the asset declares rank {rank}"
 
     def _view_inputs(self, inputs: int, num_inputs: int) -> dict[str, np.ndarray]:
         if num_inputs != len(self.asset.input_names):

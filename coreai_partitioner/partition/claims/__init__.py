@@ -67,4 +67,6 @@ def value(node: Any) -> Any:
 
 
 # The rule modules register themselves on import.
-from coreai_partitioner.partition.claims import arithmetic, convolution, indexing, pooling, reductions, scalars, shapes  # noqa: E402,F401
+from coreai_partitioner.partition.claims import (  # noqa: E402,F401
+    arithmetic, convolution, indexing, pooling, reductions, scalar_results, scalars, shapes, upsampling,
+)

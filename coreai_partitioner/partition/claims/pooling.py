@@ -1,14 +1,17 @@
 """Rules for pooling (``avg_pool2d``/``avg_pool3d``, ``max_pool2d_with_indices``; 1-d pools reach them unsqueezed).
 
 coreai-torch (0.4.3) lowers average pooling as zero padding, a sum pool and a
-division by the whole window, with the output size computed by floor:
-``ceil_mode`` and ``count_include_pad=False`` are not honoured (its own
-comment: "generates the body of the composite as if count_include_pad = True
-and ceil_mode = False at all times"), and a ``ceil_mode`` passed without
-``count_include_pad`` reads an argument that is not there (IndexError).  Max
-pooling pads with -inf and sizes its output by ``floor`` or ``ceil`` without
-PyTorch's rule that a window must start inside the input.  Each rule keeps the
-node outside where the converter's output would differ from PyTorch's.
+division by the whole window (or ``divisor_override``), with the output size
+computed by floor: ``ceil_mode`` and ``count_include_pad=False`` are not
+honoured (its own comment: "generates the body of the composite as if
+count_include_pad = True and ceil_mode = False at all times").  Max pooling
+pads with -inf and sizes its output by ``floor`` or ``ceil`` without
+PyTorch's rule that a window must start inside the input, and returns zeros
+for the indices.  Each rule keeps the node outside where the converter's
+output would differ from PyTorch's.  The arguments coreai-torch reads by
+position and dies on (a stride of ``[]``, ``ceil_mode`` without
+``count_include_pad``) are written out before it converts
+(``backends/apple_coreai/passes.py``'s ``pool_arguments_in_full``).
 """
 
 from __future__ import annotations
@@ -50,8 +53,6 @@ def average_pool(node: torch.fx.Node) -> str | None:
     kernel, stride, padding = windows
     ceil_mode = bool(argument(node, 4, "ceil_mode", False))
     count_include_pad = bool(argument(node, 5, "count_include_pad", True))
-    if ceil_mode and len(node.args) < 6 and "count_include_pad" not in node.kwargs:
-        return "ceil_mode=True without count_include_pad: the converter reads the missing argument (IndexError)"
     shapes = _spatial_shape(node, spatial)
     if shapes is None:
         return "a symbolic spatial size: the converter sizes the pooled output statically"
@@ -59,7 +60,7 @@ def average_pool(node: torch.fx.Node) -> str | None:
     floor = tuple((size + 2 * p - k) // s + 1 for size, k, s, p in zip(sizes, kernel, stride, padding))
     if ceil_mode and floor != pooled:
         return f"ceil_mode=True makes the output {list(pooled)}, the converter sizes it by floor ({list(floor)})"
-    if not count_include_pad and any(padding):
+    if not count_include_pad and any(padding) and argument(node, 6, "divisor_override", None) is None:
         return "count_include_pad=False with padding: the converter divides every window by its full size"
     return None
 

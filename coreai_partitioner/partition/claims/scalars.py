@@ -47,7 +47,8 @@ def _outside(node: torch.fx.Node) -> bool:
     if node.target is operator.getitem:
         return _outside(node.args[0])
     result = value(node)
-    if isinstance(result, torch.Tensor) and result.dtype in (torch.int64, torch.float64):
+    parts = result if isinstance(result, (tuple, list)) else (result,)  # max.dim: values beside int64 indices
+    if any(isinstance(part, torch.Tensor) and part.dtype in (torch.int64, torch.float64) for part in parts):
         return True  # upstream leaves 64-bit values outside
     return not _compat.is_coreai_supported_target(node.target) or refusal(node) is not None
 

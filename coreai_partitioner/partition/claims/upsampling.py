@@ -1,0 +1,42 @@
+"""Rules for upsampling (``upsample_nearest2d.vec``, the overload coreai-torch lowers).
+
+coreai-torch lowers ``upsample_nearest2d`` to ``coreai.interpolate`` in
+``nearest_neighbor`` mode, which picks the source pixel nearest to the
+half-pixel centre, ``(dst + 0.5) / scale - 0.5``, rounding a tie down;
+PyTorch's ``nearest`` picks ``floor(dst / scale)``.  The two agree for every
+pixel when the scale is a whole number (an output size that is a whole
+multiple of the input's, or a whole scale factor); at a scale of a half
+(1.5) they agree only where a float tie rounds down, and elsewhere (7 to 10
+pixels) a silently shifted pixel comes out.  So only a whole scale is
+claimed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from coreai_partitioner.partition.claims import argument, refuses, value
+
+
+@refuses(torch.ops.aten.upsample_nearest2d.vec)
+def fractional_nearest_scale(node: torch.fx.Node) -> str | None:
+    scale_factors = argument(node, 2, "scale_factors", None)
+    if scale_factors is not None:
+        if all(float(factor).is_integer() for factor in scale_factors):
+            return None
+        return (
+            f"scale_factor={list(scale_factors)}: the converter picks the pixel nearest (dst + 0.5) / scale - 0.5, "
+            "PyTorch's 'nearest' floor(dst / scale); they agree at a whole scale factor only"
+        )
+    source, result = value(node.args[0]), value(node)
+    if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
+        return None
+    sizes, upsampled = tuple(source.shape[-2:]), tuple(result.shape[-2:])
+    if not all(isinstance(size, int) and size > 0 for size in sizes + upsampled):
+        return "a symbolic output size: the converter's nearest pixel is PyTorch's only at a whole scale, unknown here"
+    if all(out % size == 0 for size, out in zip(sizes, upsampled)):
+        return None
+    return (
+        f"size {list(upsampled)} from {list(sizes)}: the converter picks the pixel nearest (dst + 0.5) / scale - 0.5, "
+        "PyTorch's 'nearest' floor(dst / scale); they agree when the size is a whole multiple of the input's"
+    )

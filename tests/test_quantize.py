@@ -30,7 +30,7 @@ from coreai_partitioner import (  # noqa: E402
 from coreai_partitioner import llm as coreai_llm  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
-from coreai_partitioner.quantize import DECOMPRESS_OP, QuantizationError, quantize  # noqa: E402
+from coreai_partitioner.quantize import DECOMPRESS_OP, LUT_OP, QuantizationError, quantize  # noqa: E402
 from coreai_partitioner.verify import check_quantized  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -252,3 +252,45 @@ def test_int4_moe_stores_its_experts_compressed_and_generates_the_quantized_eage
             tokens.append(int(logits[0, -1].argmax()))
             logits = eager(torch.tensor([[tokens[-1]]]), torch.tensor([len(tokens) - 1]))
     assert coreai_llm.greedy_decode(quantized, prompt, 8, shapes, eos_ids=()) == tokens
+
+
+# ---------------------------------------------------------------- weights a scheme cannot store stay float
+
+
+class _StemCNN(torch.nn.Module):
+    """A 3-channel stem (no int4 block of 32 divides its inputs, no table per 32 its 16 outputs), a body, a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.body = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.head = torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.body(torch.relu(self.stem(x))))
+        return self.head(x.mean((2, 3)))
+
+
+@pytest.mark.parametrize("scheme, kept, op", [("int4", "stem, body", DECOMPRESS_OP), ("palettize4", "stem", LUT_OP)])
+def test_a_stem_convolution_a_scheme_cannot_store_stays_float_with_a_warning_and_the_pte_runs_as_quantized_eager(scheme, kept, op):
+    from executorch.runtime import Runtime
+
+    from coreai_partitioner import load_runtime_backend, lower
+
+    torch.manual_seed(0)
+    model, x = _StemCNN().eval(), torch.randn(1, 3, 16, 16)
+    held = []
+    hold = lambda program: held.append(program.module()) or program  # noqa: E731 - the quantized eager model, before lowering
+    with pytest.warns(UserWarning, match=rf"the {scheme} scheme cannot store .* kept float: stem \(\[16, 3, 3, 3\]") as caught:
+        lowered = lower(model, (x,), quantize=scheme, transform=hold)
+    said = [str(w.message) for w in caught if "cannot store" in str(w.message)]
+    assert len(said) == 1 and re.findall(r"(\w+) \(\[", said[0]) == kept.split(", "), said
+    compressed = [n for n in held[0].graph.nodes if op in str(n.target)]
+    assert len(compressed) == 3 - len(kept.split(", ")), held[0].graph  # every other layer stored compressed
+
+    load_runtime_backend()
+    actual = Runtime.get().load_program(lowered.to_executorch().buffer).load_method("forward").execute([x])[0]
+    with torch.no_grad():
+        expected, float_output = held[0](x), model(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-4)
+    assert (float_output - expected).abs().max() > 10 * (actual - expected).abs().max()  # the weights really are quantized

@@ -30,6 +30,22 @@ MACOS_ONLY = {
 }
 
 
+#: Upstream tests whose expectation this package does not meet on purpose, and why; each must fail (a pass is news).
+DIVERGES = {
+    "test_io_compat.BoundaryLoweringTest.test_rank0_output": (
+        "it expects (x + x).sum() delegated whole, its rank-0 result the delegate's output; coreai-core returns a "
+        "rank-0 output as rank 1, which no runtime can resize into the program's rank-0 output, so "
+        "claims/scalar_results.py leaves the sum outside (test_claims_ops.py)"
+    ),
+}
+
+
+def expected(name: str, on_macos: str) -> str:
+    if name in MACOS_ONLY:
+        return on_macos
+    return "failed" if name in DIVERGES else "passed"
+
+
 def test_upstream_coreai_tests_pass_against_our_partitioner_and_backend(upstream_run):
     log = upstream_run.wait(timeout=1800)  # started when collection ended (tests/conftest.py)
     results = upstream_run.results
@@ -40,9 +56,9 @@ def test_upstream_coreai_tests_pass_against_our_partitioner_and_backend(upstream
 
     expected_outcome = "passed" if sys.platform == "darwin" else "skipped"
     wrong = {
-        name: f"{result['outcome']} (expected {expected_outcome if name in MACOS_ONLY else 'passed'})\n{result['detail'][-1500:]}"
+        name: f"{result['outcome']} (expected {expected(name, expected_outcome)})\n{result['detail'][-1500:]}"
         for name, result in short.items()
-        if result["outcome"] != (expected_outcome if name in MACOS_ONLY else "passed")
+        if result["outcome"] != expected(name, expected_outcome)
     }
     assert not wrong, "upstream Core AI tests that do not pass against ours:\n\n" + "\n\n".join(
         f"{name}: {why}" for name, why in sorted(wrong.items())

@@ -11,8 +11,11 @@ Where it goes in the flow::
 ``scheme`` is a name of :data:`SCHEMES` (what each stores:
 :mod:`coreai_partitioner.quantize.schemes`), a :class:`~.schemes.Scheme`, or a
 coreai-opt ``QuantizerConfig``.  Every shape is checked against the scheme
-first, and a weight it cannot store is an error naming its layer and the ways
-out (``keep_float=[...]``, a smaller block or group) before any work.
+first: a weight it cannot store (a 3-channel stem convolution, whose input
+channels no int4 block of 32 divides; 16 output channels, which no look-up
+table per 32 groups) stays float, and one warning names its layer, why, and
+the scheme (:func:`~.checks.keep_unstorable_float`).  ``keep_float=[...]``
+names more layers to leave float.
 
 The ``palettize*`` schemes are :func:`coreai_partitioner.quantize.palettize.palettize`'s
 (k-means look-up tables; the program may be decomposed already).  The
@@ -31,8 +34,9 @@ Embeddings (and a lm_head tied to one) are int8 per channel under every
 For the ``int`` schemes quantize *before* ``run_decompositions``: coreai-opt
 finds Linear layers by their ``aten.linear`` pattern, which coreai-torch's
 decomposition table turns into ``permute`` + ``mm``.  A weight that coreai-opt
-cannot quantize is an error naming its layer (or pass the layer in
-``keep_float``); so is a configuration that names a layer inside a composite.
+cannot quantize (one read by a bare ``matmul``) is an error naming its layer
+(or pass the layer in ``keep_float``); so is a configuration that names a
+layer inside a composite.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ import torch
 from torch.export import ExportedProgram
 
 from coreai_partitioner.quantize import schemes
-from coreai_partitioner.quantize.checks import check_int_shapes, check_model
+from coreai_partitioner.quantize.checks import check_model, keep_unstorable_float, planned_weights, stored_weights
 from coreai_partitioner.quantize.coreai_opt import quantize_with_coreai_opt, quantizer_config
 from coreai_partitioner.quantize.schemes import QuantizationError, Scheme
 from coreai_partitioner.quantize.weight_forms import DECOMPRESS_OP, LUT_OP
@@ -55,8 +59,11 @@ __all__ = [
     "SCHEMES",
     "QuantizationError",
     "check_model",
+    "keep_unstorable_float",
+    "planned_weights",
     "quantize",
     "quantizer_config",
+    "stored_weights",
     "uses_coreai_opt",
 ]
 
@@ -94,8 +101,9 @@ def quantize(
     default to the program's own; a program exported with dynamic dimensions
     needs the same ``dynamic_shapes`` again (coreai-opt and the final export
     re-export it).  ``keep_float`` names layers to leave in floating point
-    (module paths, or parameter names); any other weight the scheme cannot
-    store is an error.
+    (module paths, or parameter names); so does a ``scheme`` of
+    :data:`SCHEMES` for every weight it cannot store, in one warning naming
+    them (:func:`~.checks.keep_unstorable_float`).
 
     The result is decomposed with ``decompositions`` (coreai-torch's table by
     default), ready for ``to_edge_transform_and_lower``; its ``module()`` is
@@ -107,12 +115,13 @@ def quantize(
         decompositions = get_decomp_table()
     if isinstance(scheme, (str, Scheme)):
         scheme = schemes.scheme(scheme, group_size=group_size, block_size=block_size)
+        unstorable = keep_unstorable_float(planned_weights(exported_program, scheme, keep_float), scheme.name, stacklevel=2)
+        keep_float = [*keep_float, *unstorable]
         if scheme.palettized:
             from coreai_partitioner.quantize.palettize import palettize
 
             palettized = palettize(exported_program, scheme, records=records, keep_float=keep_float)
             return _decomposed(palettized, decompositions)
-        check_int_shapes(exported_program, scheme, keep_float)
     return quantize_with_coreai_opt(
         exported_program, scheme, records, example_inputs, dynamic_shapes, keep_float, decompositions
     )

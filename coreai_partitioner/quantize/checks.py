@@ -1,13 +1,17 @@
 """Every weight a scheme will store fits it, and quantization keeps every composite call site: checked before any work, and after.
 
-:func:`check_model` reads a model (a meta-device one too) before anything is
-exported; :func:`check_int_shapes` an exported program before coreai-opt
-runs; :func:`check_call_sites` the program after quantization.  Each error
-names the layer and the ways out.
+:func:`stored_weights` lists what a scheme stores of a model (a meta-device
+one too) before anything is exported, :func:`planned_weights` of an exported
+program; :func:`check_model` refuses a model's misfits, naming each layer and
+the ways out.  :func:`keep_unstorable_float` is the other way: the layers a
+scheme cannot store stay float, said in one warning (:func:`coreai_partitioner.quantize.quantize`
+takes it for every model, the VLM export for its vision tower).
+:func:`check_call_sites` checks the program after quantization.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,21 +23,21 @@ from coreai_partitioner.quantize.program_weights import is_kept, outside_composi
 from coreai_partitioner.quantize.schemes import QuantizationError, Scheme
 from coreai_partitioner.records.call_sites import call_sites_by_op, resolve_call_sites
 
-def check_model(
+#: Modules whose weight every scheme stores.
+_STORED = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
+
+
+def stored_weights(
     model: torch.nn.Module,
     scheme: str | Scheme,
     *,
     keep_float: Sequence[str] = (),
     planned: Sequence[schemes.Planned] = (),
-) -> None:
-    """Before any export: raise naming every weight of ``model`` the scheme cannot store, and the ways out.
-
-    The weights are those of its Linear, convolution and embedding modules,
-    those a module storing its own says it stores (``module.planned(scheme,
-    path)``, a list of :class:`~.schemes.Planned`: MoE experts), and
-    ``planned``.  Works on a meta-device model (shapes only).  A Linear whose
-    weight is an embedding's (a tied lm_head) takes the embedding's form.
-    """
+) -> list[schemes.Planned]:
+    """What ``scheme`` stores of ``model``, before any export: its Linear, convolution and embedding weights,
+    those a module storing its own says it stores (``module.planned(scheme, path)``, a list of
+    :class:`~.schemes.Planned`: MoE experts), and ``planned``; none ``keep_float`` names.  Shapes only (a
+    meta-device model too).  A Linear whose weight is an embedding's (a tied lm_head) takes the embedding's form."""
     found = schemes.scheme(scheme)
     embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
     names: dict[int, list[str]] = {}
@@ -47,25 +51,58 @@ def check_model(
         elif callable(getattr(module, "planned", None)) and not is_kept(layer, layer, keep_float):
             weights += module.planned(found, layer)
     for key, layers in names.items():
-        if any(is_kept(f"{layer}.weight", layer, keep_float) for layer in layers):
+        if any(is_kept(_weight_name(layer), layer, keep_float) for layer in layers):
             continue
         form = found.embedding if key in embedded else found.linear
-        weights.append(schemes.Planned(f"{layers[0]}.weight", layers[0], tuple(tensors[key].shape), form))
-    schemes.check_fits(weights, found.name)
+        weights.append(schemes.Planned(_weight_name(layers[0]), layers[0], tuple(tensors[key].shape), form))
+    return weights
 
 
-#: Modules whose weight every scheme stores.
-_STORED = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d)
+def _weight_name(layer: str) -> str:
+    return f"{layer}.weight" if layer else "weight"
 
 
-def check_int_shapes(exported_program: ExportedProgram, scheme: Scheme, keep_float: Sequence[str]) -> None:
-    """Every weight coreai-opt will quantize fits the scheme's form (int4 blocks divide its input channels)."""
-    planned = [
-        schemes.Planned(w.name, w.layer, w.shape, scheme.embedding if w.is_embedding else scheme.linear)
-        for w in outside_composites(exported_program).values()
+def check_model(
+    model: torch.nn.Module,
+    scheme: str | Scheme,
+    *,
+    keep_float: Sequence[str] = (),
+    planned: Sequence[schemes.Planned] = (),
+) -> None:
+    """Before any export: raise naming every weight of ``model`` the scheme cannot store, and the ways out
+    (:func:`stored_weights` are the weights)."""
+    schemes.check_fits(stored_weights(model, scheme, keep_float=keep_float, planned=planned), schemes.scheme(scheme).name)
+
+
+def planned_weights(program: ExportedProgram, scheme: Scheme, keep_float: Sequence[str] = ()) -> list[schemes.Planned]:
+    """Every weight ``scheme`` stores in ``program`` (those ops outside the composites read), with its form; none
+    ``keep_float`` names."""
+    return [
+        schemes.Planned(w.name, w.layer, w.shape, scheme.embedding if w.is_embedding else scheme.linear, inputs=w.inputs)
+        for w in outside_composites(program).values()
         if not w.is_kept(keep_float)
     ]
-    schemes.check_fits(planned, scheme.name)
+
+
+def keep_unstorable_float(
+    planned: Sequence[schemes.Planned], scheme_name: str, *, model: str = "", part: str = "", stacklevel: int = 2
+) -> list[str]:
+    """The layers of ``planned`` their forms cannot store (a 3-channel stem convolution under ``int4``, 16
+    output channels under a table per 32), to keep in floating point; one warning names each, why, and the
+    scheme (``model``, ``part``: whose layers they are, for its text).  ``[]``, and no warning, when all fit."""
+    unstorable = schemes.misfits(planned)
+    if not unstorable:
+        return []
+    layers = list(dict.fromkeys(p.layer or p.name for p, _ in unstorable))
+    why = {}
+    for p, reason in unstorable:
+        why.setdefault(p.layer or p.name, f"{list(p.shape)} as {p.form}: {reason}")
+    warnings.warn(
+        f"{model + ': ' if model else ''}the {scheme_name} scheme cannot store {len(layers)} layer(s)"
+        f"{' of ' + part if part else ''}, kept float: " + "; ".join(f"{layer} ({why[layer]})" for layer in layers),
+        stacklevel=stacklevel + 1,
+    )
+    return layers
 
 
 def check_call_sites(before: ExportedProgram, after: ExportedProgram, records: Sequence[Any] | None) -> None:

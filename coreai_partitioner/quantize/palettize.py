@@ -36,20 +36,12 @@ from torch.export import ExportedProgram
 
 from coreai_partitioner.quantize import program_weights, schemes
 from coreai_partitioner.quantize.checks import check_call_sites
+from coreai_partitioner.quantize.checks import planned_weights as planned  # what palettize stores: the public name
 from coreai_partitioner.quantize.weight_forms import Compressed, compress
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["palettize", "planned"]
-
-
-def planned(program: ExportedProgram, scheme: schemes.Scheme, keep_float: Sequence[str] = ()) -> list[schemes.Planned]:
-    """Every weight ``scheme`` stores in ``program``, with its form; nothing is computed."""
-    return [
-        schemes.Planned(w.name, w.layer, w.shape, scheme.embedding if w.is_embedding else scheme.linear)
-        for w in program_weights.outside_composites(program).values()
-        if not w.is_kept(keep_float)
-    ]
 
 
 def palettize(

@@ -45,6 +45,12 @@ class Weight:
         """Read by an embedding lookup (a tied lm_head reads the same tensor)."""
         return "embedding.default" in self.ops
 
+    @property
+    def inputs(self) -> int | None:
+        """The axis of its input channels when not the one after its output channels: 0 for a transposed
+        convolution's ``[in, out / groups, *kernel]``."""
+        return 0 if any(op.startswith("conv_transpose") for op in self.ops) else None
+
     def is_kept(self, keep_float: Sequence[str]) -> bool:
         """Whether ``keep_float`` names this weight under any of its names (one tensor stays float or not)."""
         return any(is_kept(name, name.rpartition(".")[0], keep_float) for name in (self.name, *self.aliases))

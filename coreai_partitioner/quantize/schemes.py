@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from coreai_partitioner.quantize.weight_forms import Form
 
-__all__ = ["SCHEMES", "Planned", "QuantizationError", "Scheme", "check_fits", "scheme"]
+__all__ = ["SCHEMES", "Planned", "QuantizationError", "Scheme", "check_fits", "misfits", "scheme"]
 
 
 class QuantizationError(ValueError):
@@ -121,40 +121,52 @@ def scheme(name: str | Scheme, *, group_size: int | None = None, block_size: int
 @dataclass(frozen=True)
 class Planned:
     """One weight a scheme stores: its parameter ``name``, ``layer`` (the module holding it), ``shape``, output
-    ``axis`` and the ``form`` the scheme gives it."""
+    ``axis``, the ``form`` the scheme gives it, and the axis of its ``inputs`` (``axis + 1`` unless given:
+    :meth:`~.weight_forms.Form.misfit`)."""
 
     name: str
     layer: str
     shape: tuple[int, ...]
     form: Form
     axis: int = 0
+    inputs: int | None = None
+
+    @property
+    def misfit(self) -> str | None:
+        """Why its form cannot store it, or ``None``."""
+        return self.form.misfit(self.shape, self.axis, self.inputs)
+
+
+def misfits(planned: Sequence[Planned]) -> list[tuple[Planned, str]]:
+    """Every weight of ``planned`` its form cannot store, with the reason."""
+    return [(p, p.misfit) for p in planned if p.misfit is not None]
 
 
 def check_fits(planned: Sequence[Planned], scheme_name: str) -> None:
     """Raise :class:`QuantizationError` naming every weight whose shape its form does not fit, and the ways out."""
-    misfits = [(p, p.form.misfit(p.shape, p.axis)) for p in planned]
-    misfits = [(p, reason) for p, reason in misfits if reason is not None]
-    if not misfits:
+    unstorable = misfits(planned)
+    if not unstorable:
         return
-    listed = "; ".join(f"{p.name} {list(p.shape)} as {p.form}: {reason}" for p, reason in misfits)
-    layers = sorted({p.layer or p.name for p, _ in misfits})
+    listed = "; ".join(f"{p.name} {list(p.shape)} as {p.form}: {reason}" for p, reason in unstorable)
+    layers = sorted({p.layer or p.name for p, _ in unstorable})
     fixes = [
         f"keep {'it' if len(layers) == 1 else 'them'} float (keep_float=[{', '.join(map(repr, layers))}]; "
         f"examples/export_llm.py --keep-float {' '.join(layers)})"
     ]
-    smaller = _smaller_size(misfits)
+    smaller = _smaller_size(unstorable)
     if smaller is not None:
-        keyword = "group_size" if misfits[0][0].form.kind == "lut" else "block_size"
+        keyword = "group_size" if unstorable[0][0].form.kind == "lut" else "block_size"
         fixes.append(f"or use {keyword}={smaller}, which divides them (quantize=schemes.scheme({scheme_name!r}, {keyword}={smaller}))")
-    raise QuantizationError(f"{scheme_name} cannot store {len(misfits)} weight(s): {listed}. Either {', '.join(fixes)}.")
+    raise QuantizationError(f"{scheme_name} cannot store {len(unstorable)} weight(s): {listed}. Either {', '.join(fixes)}.")
 
 
-def _smaller_size(misfits: list[tuple[Planned, str]]) -> int | None:
+def _smaller_size(unstorable: list[tuple[Planned, str]]) -> int | None:
     """The largest group or block size dividing every misfit's channels, when there is one above 1."""
-    kinds = {p.form.kind for p, _ in misfits}
-    if len(kinds) != 1 or any(len(p.shape) < p.axis + 2 for p, _ in misfits):
+    kinds = {p.form.kind for p, _ in unstorable}
+    if len(kinds) != 1 or any(len(p.shape) < p.axis + 2 for p, _ in unstorable):
         return None
     size = 0
-    for p, _ in misfits:
-        size = math.gcd(size, p.form.size or 0, p.shape[p.axis] if p.form.kind == "lut" else p.shape[-1])
+    for p, _ in unstorable:
+        inputs = p.axis + 1 if p.inputs is None else p.inputs
+        size = math.gcd(size, p.form.size or 0, p.shape[p.axis] if p.form.kind == "lut" else p.shape[inputs])
     return size if size > 1 else None

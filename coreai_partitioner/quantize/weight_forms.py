@@ -78,14 +78,18 @@ class Form:
             return f"{self.bits}-bit look-up tables, one per {self.size} output channels{scaled}"
         return f"int{self.bits} per output channel" if self.size is None else f"int{self.bits} in blocks of {self.size} input channels"
 
-    def misfit(self, shape: tuple[int, ...] | torch.Size, axis: int = 0) -> str | None:
-        """Why a weight of ``shape`` cannot take this form, or ``None``."""
+    def misfit(self, shape: tuple[int, ...] | torch.Size, axis: int = 0, inputs: int | None = None) -> str | None:
+        """Why a weight of ``shape`` cannot take this form, or ``None``.  ``inputs`` is the axis of its input
+        channels, the one an int block runs along: ``axis + 1`` by default (a Linear's ``[out, in]``, a
+        convolution's ``[out, in / groups, *kernel]``); a transposed convolution's ``[in, out / groups, *kernel]``
+        has them at 0."""
         if len(shape) < axis + 2:
             return f"it has {len(shape)} dimension(s), and {self} needs output and input channels"
         if self.kind == "lut" and shape[axis] % self.size:
             return f"its {shape[axis]} output channels are not a multiple of {self.size}"
-        if self.kind == "int" and self.size is not None and shape[-1] % self.size:
-            return f"its {shape[-1]} input channels are not a multiple of {self.size}"
+        channels = shape[axis + 1 if inputs is None else inputs]
+        if self.kind == "int" and self.size is not None and channels % self.size:
+            return f"its {channels} input channels are not a multiple of {self.size}"
         return None
 
     def stored_bits(self, shape: tuple[int, ...] | torch.Size, axis: int = 0, float_bits: int = 16) -> int:

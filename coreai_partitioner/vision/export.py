@@ -180,10 +180,6 @@ def export_methods(
     return exported
 
 
-#: Modules whose weights a scheme stores (:func:`coreai_partitioner.quantize.check_model`'s).
-_STORED = (nn.Linear, nn.Conv2d, nn.Embedding)
-
-
 def tower_kept_float(vlm: VisionLanguage, scheme: Any) -> list[str]:
     """The tower's and projector's layers ``scheme`` cannot store, kept float and said so in a warning.
 
@@ -191,30 +187,28 @@ def tower_kept_float(vlm: VisionLanguage, scheme: Any) -> list[str]:
     here, before any export work, naming it and the ways out
     (:func:`coreai_partitioner.quantize.check_model`).  A tower's shapes are
     its own (a patch convolution over 3 channels, a width no int4 block
-    divides), so there the scheme applies where it fits.  The position
-    embeddings, added whole to the patches rather than looked up, stay float
-    (SigLIP's at 896x896: 4096 x 1152, 0.5% of Gemma 3 4B's tower).
+    divides), so there the scheme applies where it fits
+    (:func:`coreai_partitioner.quantize.keep_unstorable_float`, as for any
+    model).  The position embeddings, added whole to the patches rather than
+    looked up, stay float (SigLIP's at 896x896: 4096 x 1152, 0.5% of Gemma 3 4B's tower).
     """
-    from coreai_partitioner.quantize import QuantizationError, check_model
+    import dataclasses
+
+    from coreai_partitioner.quantize import check_model, keep_unstorable_float, stored_weights
 
     check_model(vlm.decoder, scheme)
     embeddings = getattr(vlm.tower, "embeddings", None)
-    table = embeddings.position_embedding if embeddings is not None and embeddings.position_ids is None else None
-    kept = []
-    for part in ("tower", "projector"):
-        for path, module in getattr(vlm, part).named_modules():
-            if isinstance(module, _STORED) and module is not table:
-                try:
-                    check_model(module, scheme)
-                except QuantizationError as error:
-                    kept.append((f"{part}.{path}", str(error).split(": ", 1)[-1].split(". Either", 1)[0]))
-    if kept:
-        warnings.warn(
-            f"{vlm.model_type}: the {scheme} scheme cannot store {len(kept)} layer(s) of the vision tower and projector, "
-            "kept float: " + "; ".join(f"{path} ({why})" for path, why in kept),
-            stacklevel=3,
-        )
-    return [path for path, _ in kept] + (["tower.embeddings.position_embedding"] if table is not None else [])
+    table = "tower.embeddings.position_embedding" if embeddings is not None and embeddings.position_ids is None else None
+    weights = [
+        dataclasses.replace(w, name=f"{part}.{w.name}", layer=f"{part}.{w.layer}" if w.layer else part)
+        for part in ("tower", "projector")
+        for w in stored_weights(getattr(vlm, part), scheme)
+    ]
+    kept = keep_unstorable_float(
+        [w for w in weights if w.layer != table], getattr(scheme, "name", scheme), model=vlm.model_type,
+        part="the vision tower and projector", stacklevel=3,
+    )
+    return kept + ([table] if table is not None else [])
 
 
 def runner_metadata(model: nn.Module, vlm: VisionLanguage, shapes: DecoderShapes) -> dict[str, Any]:

@@ -1,8 +1,10 @@
 """Rules for reductions (``amax``, ``amin``, ``mean``, ``sum``...).
 
 coreai-torch reads a reduction's dims as a list it indexes: ``amax``/``amin``
-with no dim (``[]``: every dim) die with IndexError, ``mean.dim`` with
-``dim=None`` has no operand to read.  A reduction to a rank-0 tensor lowers
+with no dim (``[]``: every dim) die with IndexError (or, with ``keepdim``, a
+``coreai.reduce_max`` of an empty dims tensor the compiler rejects), and
+``mean.dim`` with ``dim=None`` has no operand to read ("Unsupported arg type
+<class 'NoneType'>").  A reduction to a rank-0 tensor lowers
 right as long as the delegate does not hand it out (:mod:`.scalar_results`).
 """
 
@@ -16,7 +18,12 @@ from coreai_partitioner.partition.claims import argument, refuses
 @refuses(torch.ops.aten.amax.default, torch.ops.aten.amin.default)
 def every_dim_by_empty_list(node: torch.fx.Node) -> str | None:
     dims = argument(node, 1, "dim", [])
-    return "dim=[] (every dim): the converter indexes the dims it is given (IndexError)" if not dims else None
+    if dims:
+        return None
+    return (
+        "dim=[] (every dim): the converter passes the empty dims on (keepdim=False: IndexError 'tuple index out of "
+        "range'; keepdim=True: 'coreai.reduce_max' op operand #1 must be 1D CoreAI Tensor of Index type)"
+    )
 
 
 @refuses(torch.ops.aten.mean.dim)

@@ -6,10 +6,10 @@
 Counts bytes, not seconds: nothing here can time a device.  For one token
 (T = 1) at a context of ``--context`` slots:
 
-* **this package's device form** (``llm/device.py``, either layout): the
+* **this package's device form** (``decoder/device.py``, either layout): the
   token and position cross as fp32; each layer's K and V caches are inputs
   the runtime borrows (upstream's ``borrow_inputs``: no copy), then inside
-  the delegate each is read through :func:`~coreai_partitioner.llm.blocks.written_only`
+  the delegate each is read through :func:`~coreai_partitioner.blocks.written_only`
   (a select over the whole cache, which the compiler may fuse with the next
   copy) and concatenated with the call's new row (``torch.cat``: a new tensor
   of ``context + 1`` rows); the new rows come out and ExecuTorch writes them

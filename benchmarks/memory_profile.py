@@ -51,7 +51,7 @@ QWEN3_30B_A3B = dict(
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
-    ("coreai_partitioner.llm.export", "adapt", "adapt the family"),
+    ("coreai_partitioner.decoder.adapter", "adapt", "adapt the family"),
     ("coreai_partitioner.llm.export", "export_decoder", "export + externalize"),
     ("coreai_partitioner.quantize", "quantize", "quantize"),
     ("coreai_partitioner.quantize", "check_model", "check shapes"),

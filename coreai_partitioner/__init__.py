@@ -50,13 +50,13 @@ ExecuTorch export recipes and optimum-executorch recipes; ``cli/`` is
 ``python -m coreai_partitioner``.
 
 An LLM (``llm/``: :func:`llm.lower_decoder`) takes the same road with a
-first step of its own: its family file (``llm/families/``) re-composes the
-Hugging Face model's layers from the primitives in ``llm/blocks/`` over the
+first step of its own: its family file (``decoder/families/``) re-composes the
+Hugging Face model's layers from the primitives in ``blocks/`` over the
 model's own weights.  Then it is exported with its composites externalized
 (step 1), its weights quantized (2), and lowered with steps 2 and 3 swapped
 (``lowering/whole_program.py``): its one delegate takes the whole graph, so it is
 decomposed once, partitioned and converted on ATen IR, and only the casts
-left around the delegate become edge dialect.  ``llm/device.py`` makes the
+left around the delegate become edge dialect.  ``decoder/device.py`` makes the
 form upstream's on-device runtime runs; ``llm/check.py`` judges the result
 against the eager model it was lowered from.
 """

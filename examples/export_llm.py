@@ -5,7 +5,8 @@
     python examples/export_llm.py --checkpoint path/to/checkpoint --chat "What is the capital of France?"
 
 The package's own command, ``python -m coreai_partitioner export-llm`` (or
-``coreai-export-llm``), with the same options: :mod:`coreai_partitioner.cli.export_llm`.
+``coreai-export-llm``), with the same options: the ``text-generation`` task of
+:mod:`coreai_partitioner.cli.export`.
 """
 
 import os
@@ -18,7 +19,7 @@ from coreai_partitioner import console
 
 console.quiet_dependencies()  # a command line's own run: before the dependencies are imported, as they log then
 
-from coreai_partitioner.cli.export_llm import main  # noqa: E402
+from coreai_partitioner.cli.export import export_llm  # noqa: E402
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(export_llm())

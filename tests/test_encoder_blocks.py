@@ -1,4 +1,4 @@
-"""The encoder primitives (``llm/blocks/encoder.py``) compute what Hugging Face's encoder layers compute."""
+"""The encoder primitives (``blocks/encoder.py``) compute what Hugging Face's encoder layers compute."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformers import SiglipVisionConfig, WhisperConfig  # noqa: E402
 from transformers.models.siglip.modeling_siglip import SiglipEncoderLayer  # noqa: E402
 from transformers.models.whisper.modeling_whisper import WhisperEncoderLayer  # noqa: E402
 
-from coreai_partitioner.llm.blocks import MLP, EncoderAttention, EncoderLayer  # noqa: E402
+from coreai_partitioner.blocks import MLP, EncoderAttention, EncoderLayer  # noqa: E402
 
 
 def _randomized(module: torch.nn.Module) -> torch.nn.Module:

@@ -58,14 +58,34 @@ def test_a_checkpoint_of_no_task_exported_here_is_refused_naming_what_it_holds_b
 
 
 def test_speechs_own_task_flag_is_reached_through_the_export_command(tmp_path, capsys):
-    from coreai_partitioner.cli import export_asr
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.tasks import automatic_speech_recognition as asr
     from coreai_partitioner.speech.tiny import tiny_config, tiny_generation_config
 
     # Parsed by the speech command (not taken for the export command's --task), which then refuses its decode length.
     with pytest.raises(SystemExit) as exited:
         main(["--config", "whisper", "--speech-task", "translate", "--max-decode-len", "65"])
     assert exited.value.code == 1
-    assert "--max-decode-len 65: whisper has 64 decoder positions" in capsys.readouterr().err
+    assert "--max-context-len 65: whisper has 64 decoder positions" in capsys.readouterr().err  # the old spelling parses
     translate = tiny_generation_config(tiny_config()).task_to_id["translate"]
-    args = export_asr.build_parser().parse_args(["--config", "whisper", "--speech-task", "translate", "--out", str(tmp_path / "m.pte")])
-    assert translate in export_asr.settle(args).rules.prompt
+    args = export.build_parser(asr).parse_args(["--config", "whisper", "--speech-task", "translate", "--out", str(tmp_path / "m.pte")])
+    assert translate in export.settle(asr, args).rules.prompt
+
+
+@pytest.mark.parametrize("task", ["text-generation", "image-text-to-text", "automatic-speech-recognition"])
+def test_a_task_defines_none_of_the_flags_the_command_shares_and_takes_the_old_spellings_of_its_own(task):
+    import argparse
+    import importlib
+
+    from coreai_partitioner.cli import export
+
+    module = importlib.import_module(export.TASKS[task])
+    own = argparse.ArgumentParser()
+    module.add_flags(own)
+    shared = {"--config", "--checkpoint", *export._flags(), *export.SHORT.values(), *(a for s in export.HIDDEN.values() for a in s)}
+    assert not {name for action in own._actions for name in action.option_strings} & shared
+    parser = export.build_parser(module)
+    for flag, spellings in export.HIDDEN.items():
+        if flag in module.FLAGS:
+            dest = flag.lstrip("-").replace("-", "_")
+            assert all(getattr(parser.parse_args([spelling, "7"]), dest) == 7 for spelling in (flag, *spellings))

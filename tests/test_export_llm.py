@@ -1,7 +1,7 @@
 """The LLM exporter as a deployer meets it: tokenizers, clear failures, quiet output, what it writes.
 
 ``python -m coreai_partitioner export-llm``, ``coreai-export-llm`` and
-``examples/export_llm.py`` are one command (:mod:`coreai_partitioner.cli.export_llm`);
+``examples/export_llm.py`` are one command (the ``text-generation`` task of :mod:`coreai_partitioner.cli.export`);
 most tests run the example, ``test_the_package_command_...`` the package's.
 """
 
@@ -21,7 +21,8 @@ require("transformers", "hf")
 import tokenizer_files  # noqa: E402
 
 from coreai_partitioner import llm  # noqa: E402
-from coreai_partitioner.llm import runner, text, tokenizer  # noqa: E402
+from coreai_partitioner.decoder import tokenizer  # noqa: E402
+from coreai_partitioner.llm import runner, text  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "export_llm.py"
 SHAPES = llm.DecoderShapes(max_context_len=48, prefill_chunk=16)
@@ -74,15 +75,16 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     import inspect
 
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.cli import export_llm as cli
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.tasks import text_generation
     from coreai_partitioner.quantize.schemes import SCHEMES
 
-    args = cli.build_parser().parse_args(["--quantize", "int4", "--full-logits"])
-    options = cli.lowering_options(args)
+    parser = export.build_parser(text_generation)
+    options = text_generation.lowering_options(parser.parse_args(["--quantize", "int4", "--full-logits"]))
     assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none"}
     keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
-    assert cli.build_parser().get_default("quantize") is None and set(cli.LOWERING_OPTIONS["--quantize"]["choices"]) == set(SCHEMES)
+    assert parser.get_default("quantize") is None and set(export._flags()["--quantize"]["choices"]) == set(SCHEMES)
 
 
 @pytest.mark.parametrize("command", [["export-llm"], ["export", "--task", "text-generation"], ["verify"], ["inspect"], ["export-optimum"], []])
@@ -96,7 +98,7 @@ def test_every_commands_help_prints_and_exits_0(command, capsys):
 
 
 def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():
-    from coreai_partitioner.cli.export_llm import answer
+    from coreai_partitioner.cli.tasks.text_generation import answer
 
     assert answer("The capital of France is Paris.<|im_end|>\n", ["<|im_end|>"]) == "The capital of France is Paris."
     assert answer(" Paris, the", ["<|im_end|>", ""]) == "Paris, the"

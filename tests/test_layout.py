@@ -14,7 +14,14 @@ PACKAGE = ROOT / "coreai_partitioner"
 
 #: The stages in the order a record and a model go through them; a module imports only its own stage and the
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
-STAGES = ("root", "records", "backends", "partition", "quantize", "lowering", "verify", "llm", "vision", "speech", "text_encoder", "image_classification", "recipes", "cli")
+STAGES = (
+    "root", "records", "backends", "partition", "quantize", "lowering", "verify", "blocks", "decoder", "llm", "vision",
+    "speech", "text_encoder", "image_classification", "recipes", "cli",
+)
+
+#: A task's own room: what only it exports.  What two tasks share lives in a stage before them (``blocks/``,
+#: ``decoder/``, ``lowering/``), never in one task's room.
+TASK_ROOMS = ("llm", "vision", "speech", "text_encoder", "image_classification")
 
 
 def modules() -> dict[str, Path]:
@@ -78,6 +85,19 @@ def test_a_stage_imports_only_itself_and_the_stages_before_it(stage):
     assert not later, "\n".join(later)
 
 
+@pytest.mark.parametrize("room", TASK_ROOMS)
+def test_a_tasks_room_imports_no_other_tasks_room(room):
+    others = set(TASK_ROOMS) - {room}
+    found = [
+        f"{module} imports {name}"
+        for module, path in sorted(modules().items())
+        if stage_of(module) == room
+        for name in sorted(imported(module, path))
+        if stage_of(name) in others
+    ]
+    assert not found, "\n".join(found)
+
+
 def test_no_modules_import_each_other_even_through_others():
     """The package's import graph between its modules (a package's ``__init__`` left out) has no circle."""
     found = modules()
@@ -134,7 +154,7 @@ def test_the_shared_primitives_take_no_family_option():
     """A family's quirk is a subclass in its family file, not an option every family's layers carry."""
     import inspect
 
-    from coreai_partitioner.llm.blocks import Attention, Block, GatedDeltaNet, GatedMLP, MoE
+    from coreai_partitioner.blocks import Attention, Block, GatedDeltaNet, GatedMLP, MoE
 
     general = {
         Attention: {"path", "shape", "q", "k", "v", "o", "context", "dtype", "scale", "q_norm", "k_norm", "rope", "rope_dims", "window"},
@@ -147,5 +167,5 @@ def test_the_shared_primitives_take_no_family_option():
         taken = set(inspect.signature(primitive.__init__).parameters) - {"self"}
         assert taken == parameters, (
             f"{primitive.__name__} takes {sorted(taken - parameters)} beyond its general math: make the family's "
-            f"quirk a subclass in llm/families/<family>.py (kind= to Build.attention / Build.moe)"
+            f"quirk a subclass in decoder/families/<family>.py (kind= to Build.attention / Build.moe)"
         )

@@ -22,7 +22,7 @@ from executorch.exir import to_edge  # noqa: E402
 from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import get_default_compile_config, llm, verify  # noqa: E402
-from coreai_partitioner.llm import blocks  # noqa: E402
+from coreai_partitioner import blocks  # noqa: E402
 from coreai_partitioner.partition.op_support import OperatorSupport  # noqa: E402
 from coreai_partitioner.lowering.passes import remove_noop_expands  # noqa: E402
 from coreai_partitioner.lowering.passes import NarrowToCoreAIDtypes  # noqa: E402

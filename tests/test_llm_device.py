@@ -34,7 +34,7 @@ from device_contract import device_delegate_arguments  # noqa: E402
 from coreai_partitioner import llm, save_pte, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
-from coreai_partitioner.llm.device import UnsupportedDevice  # noqa: E402
+from coreai_partitioner.decoder.device import UnsupportedDevice  # noqa: E402
 from coreai_partitioner.llm.runner import Runner  # noqa: E402
 
 CHUNK = 4
@@ -127,7 +127,7 @@ def test_device_pte_keeps_the_stock_runtime_contract_on_nan_filled_caches_and_ma
 @pytest.mark.slow
 def test_attention_reads_unwritten_cache_slots_as_zeros_so_a_nan_filled_cache_changes_nothing(tmp_path, monkeypatch):
     """Without the selection, the NaN-filled caches of the test above reach the logits: the test can fail."""
-    from coreai_partitioner.llm import device
+    from coreai_partitioner.decoder import device
 
     model = tiny("llama")
     prompt = prompt_tokens(PROMPT)[0].tolist()

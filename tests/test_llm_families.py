@@ -12,7 +12,7 @@ context longer than every sliding window, so a one-call prefill of
 on over it.  Greedy decoding stops where ``generate`` does, at the model's
 own EOS (the ``.pte``'s ``get_eos_ids``), and compares at least
 ``MIN_TOKENS`` tokens.  Adding a family: its file in
-``coreai_partitioner/llm/families/`` and a row in ``ROWS``.
+``coreai_partitioner/decoder/families/`` and a row in ``ROWS``.
 """
 
 from __future__ import annotations

@@ -144,28 +144,29 @@ def test_whisper_checkpoints_are_speech_recognition_and_the_tiny_one_is_the_spee
     from coreai_partitioner.cli.export import TASKS, _config_task, task_of
 
     assert task_of({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"}) == "automatic-speech-recognition"
-    assert TASKS["automatic-speech-recognition"] == "coreai_partitioner.cli.export_asr"
+    assert TASKS["automatic-speech-recognition"] == "coreai_partitioner.cli.tasks.automatic_speech_recognition"
     assert _config_task("whisper") == "automatic-speech-recognition"
 
 
 def test_the_command_refuses_bad_input_before_any_work(tmp_path):
-    from coreai_partitioner.cli import export_asr
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.tasks import automatic_speech_recognition as asr
 
     def settle(*argv):
-        return export_asr.settle(export_asr.build_parser().parse_args([*argv, "--out", str(tmp_path / "out" / "m.pte")]))
+        return export.settle(asr, export.build_parser(asr).parse_args([*argv, "--out", str(tmp_path / "out" / "m.pte")]))
 
     llama = tmp_path / "llama"
     llama.mkdir()
     (llama / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
-    with pytest.raises(export_asr.CommandError, match=rf"--checkpoint {llama} is a text-generation checkpoint, not automatic-speech-recognition; export it with"):
+    with pytest.raises(export.CommandError, match=rf"--checkpoint {llama} is a text-generation checkpoint, not automatic-speech-recognition; export it with"):
         settle("--checkpoint", str(llama))
     with pytest.raises(speech.AudioError, match="the model takes 16000 Hz mono"):
         settle("--transcribe", str(write_wav(tmp_path / "cd.wav", 44100, 2, 0.5)))
     with pytest.raises(speech.AudioError, match="the model's window is 30 s"):
         settle("--transcribe", str(write_wav(tmp_path / "long.wav", 16000, 1, 30.5)))
-    with pytest.raises(export_asr.CommandError, match=r"--max-decode-len 65: whisper has 64 decoder positions; give 1 to 64"):
+    with pytest.raises(export.CommandError, match=r"--max-context-len 65: whisper has 64 decoder positions; give 1 to 64"):
         settle("--max-decode-len", "65")
-    with pytest.raises(export_asr.CommandError, match=r"--encoder-dtype fp16 under --dtype fp32: .*; give --dtype fp16"):
+    with pytest.raises(export.CommandError, match=r"--encoder-dtype fp16 under --dtype fp32: .*; give --dtype fp16"):
         settle("--encoder-dtype", "fp16")
     assert not (tmp_path / "out").exists()
 
@@ -215,14 +216,15 @@ def test_an_fp32_encoder_under_an_fp16_decoder_is_verified_against_hf_run_at_tho
     """``export --dtype fp16 --encoder-dtype fp32``: the encoder and the cross-attention key and value projections
     in fp32 (``speech.at_precision``), the rest in fp16; ``encoder``'s output rounded once to fp16, the dtype
     ``text_decoder`` takes; ``--verify`` against Hugging Face's own forward of the model at those dtypes."""
-    from coreai_partitioner.cli import export_asr
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.tasks import automatic_speech_recognition as asr
 
     model = speech.at_precision(tiny_model(), torch.float16, encoder_dtype=torch.float32)
     cross_attention = model.model.decoder.layers[0].encoder_attn
     assert {p.dtype for p in model.model.encoder.parameters()} == {cross_attention.k_proj.weight.dtype} == {torch.float32}
     assert cross_attention.q_proj.weight.dtype == model.proj_out.weight.dtype == torch.float16
     out = tmp_path / "model.pte"
-    export_asr.run(export_asr.build_parser().parse_args(
+    export.run(asr, export.build_parser(asr).parse_args(
         ["--config", "whisper", "--dtype", "fp16", "--encoder-dtype", "fp32", "--target", "device", "--verify", "--out", str(out)]
     ))
     printed = capsys.readouterr().out
@@ -281,10 +283,11 @@ def hf_greedy(whisper_base) -> dict[str, dict]:
 
 def exported(whisper_base: Path, target: str, directory: Path) -> Path:
     """The checkpoint exported by the command's own road (``export --checkpoint``), its files beside the .pte."""
-    from coreai_partitioner.cli import export_asr
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.tasks import automatic_speech_recognition as asr
 
-    args = export_asr.build_parser().parse_args(["--checkpoint", str(whisper_base), "--target", target, "--out", str(directory / "model.pte")])
-    export_asr.run(args)
+    args = export.build_parser(asr).parse_args(["--checkpoint", str(whisper_base), "--target", target, "--out", str(directory / "model.pte")])
+    export.run(asr, args)
     return directory / "model.pte"
 
 

@@ -203,7 +203,7 @@ def test_a_vision_model_no_family_adapts_is_refused_naming_the_families():
 
 def test_an_image_of_more_tokens_than_one_decoder_call_takes_is_refused_with_the_bound_to_give():
     config = vision.tiny_config("llava")  # 16 image tokens
-    with pytest.raises(vision.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --max-seq-len 16 or more"):
+    with pytest.raises(vision.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --prefill-chunk 16 or more"):
         vision.check_config(config, llm.DecoderShapes(max_context_len=64, prefill_chunk=8))
 
 
@@ -214,24 +214,24 @@ def test_an_image_of_the_wrong_size_is_refused_naming_the_size_the_encoder_takes
 
 
 def test_a_gemma3_image_longer_than_its_sliding_window_is_refused_in_the_device_form_naming_the_vlm_commands_flags(tmp_path):
-    from coreai_partitioner.llm.device import UnsupportedDevice
+    from coreai_partitioner.decoder.device import UnsupportedDevice
 
     config = vision.tiny_config("gemma3")  # an image of 4 tokens
     config.get_text_config().sliding_window = 3
     import transformers
 
     model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").eval()
-    with pytest.raises(UnsupportedDevice, match=r"one image is 4 embeddings.*smallest sliding window \(3\).*no --max-seq-len fits both: export it in the host form \(--target host\)"):
+    with pytest.raises(UnsupportedDevice, match=r"one image is 4 embeddings.*smallest sliding window \(3\).*no --prefill-chunk fits both: export it in the host form \(--target host\)"):
         vision.adapt(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=4, target="device"))
     vision.adapt(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=4))  # the host form takes it
-    # The command refuses it from the config, before loading any weights, for every --max-seq-len.
+    # The command refuses it from the config, before loading any weights, for every --prefill-chunk.
     (tmp_path / "gemma3").mkdir()
     config.save_pretrained(tmp_path / "gemma3")
-    for extra in ([], ["--max-seq-len", "4"]):
+    for extra in ([], ["--prefill-chunk", "4"]):
         status, _, err = export_command("--checkpoint", str(tmp_path / "gemma3"), "--target", "device", *extra, "--out", str(tmp_path / "m.pte"))
-        assert status == 1 and "no --max-seq-len fits both: export it in the host form (--target host)" in err, err
-    status, _, err = export_command("--config", "gemma3", "--target", "device", "--max-seq-len", "17", "--out", str(tmp_path / "m.pte"))
-    assert status == 1 and "--max-seq-len 17: " in err and "give --max-seq-len 4 to 16" in err, err
+        assert status == 1 and "no --prefill-chunk fits both: export it in the host form (--target host)" in err, err
+    status, _, err = export_command("--config", "gemma3", "--target", "device", "--prefill-chunk", "17", "--out", str(tmp_path / "m.pte"))
+    assert status == 1 and "--prefill-chunk 17: " in err and "give --prefill-chunk 4 to 16" in err, err
     assert not (tmp_path / "m.pte").exists()
 
 
@@ -314,7 +314,7 @@ def test_the_command_refuses_bad_input_before_any_export_work_and_leaves_nothing
     assert status == 1 and "llama: the checkpoint has no vision_config" in err and "export it as text generation" in err
 
     status, _, err = export_command("--config", "llava", "--max-seq-len", "8", "--out", str(out))
-    assert status == 1 and "one image is 16 embeddings" in err and "--max-seq-len 16 or more" in err
+    assert status == 1 and "one image is 16 embeddings" in err and "--prefill-chunk 16 or more" in err
 
     torch.save(torch.zeros(3, 64, 64), tmp_path / "pixels.pt")
     status, _, err = export_command("--config", "llava", "--image", str(tmp_path / "pixels.pt"), "--verify", "--out", str(out))
@@ -392,13 +392,13 @@ def test_optimum_executorchs_multimodal_model_exports_with_the_coreai_recipe_and
 
 
 def test_the_device_form_refuses_the_static_layout_and_a_call_longer_than_a_sliding_window(tmp_path):
-    from coreai_partitioner.llm.device import UnsupportedDevice
+    from coreai_partitioner.decoder.device import UnsupportedDevice
 
     static = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device", device_shapes="static")
     with pytest.raises(llm.UnsupportedShapes, match="MultimodalRunner calls text_decoder with each segment's own length"):
         vision.check_config(vision.tiny_config("llava"), static)
     model = tiny_vlm("gemma3")  # sliding window 16, an image of 4 tokens
-    with pytest.raises(UnsupportedDevice, match=r"--max-seq-len 32 is longer than its smallest window \(16\); export with --max-seq-len 16 or less"):
+    with pytest.raises(UnsupportedDevice, match=r"--prefill-chunk 32 is longer than its smallest window \(16\); export with --prefill-chunk 16 or less"):
         vision.lower_vlm(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=32, target="device"))
     status, out, err = export_command("--config", "gemma3", "--target", "device", "--dry-run", "--out", str(tmp_path / "m.pte"))
     assert status == 0 and "S 1..16" in out, err  # the command bounds S by the window

@@ -1,5 +1,8 @@
 """The command lines: ``python -m coreai_partitioner`` and ``coreai-export-llm``.
 
-- :mod:`.main`: ``verify``, ``inspect``, ``export-optimum``, and ``export-llm`` handed to :mod:`.export_llm`.
-- :mod:`.export_llm`: the LLM exporter (``examples/export_llm.py`` is a thin wrapper over it).
+- :mod:`.main`: ``verify``, ``inspect``, ``export-optimum``, and ``export`` and ``export-llm`` handed to :mod:`.export`.
+- :mod:`.export`: one export command for every task (the flags, the plan, loading, the export road, ``--verify``);
+  :mod:`.tasks`, a module a task, supplies what is its own.  ``export-llm`` (``coreai-export-llm``,
+  ``examples/export_llm.py``) is its ``text-generation`` task.
+- :mod:`.command`: what every command does around its work: one line per warning or error, no traceback.
 """

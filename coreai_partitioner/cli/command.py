@@ -1,7 +1,7 @@
 """What every export command does around its own work: one line per warning, one line per error, no traceback.
 
-Each task's command (``export_llm``, ``export_vlm``, ``export_asr``) builds
-its parser and runs; :func:`run_command` quiets the dependencies' output
+The export command (:mod:`.export`, a task at a time) builds its parser and
+runs; :func:`run_command` quiets the dependencies' output
 before the parser imports them, prints this run's warnings one line each
 under the command's name, and turns a :class:`CommandError` into exit
 status 1 with its one line.

@@ -1,15 +1,21 @@
 """``python -m coreai_partitioner export``: one command for every task, picked from the checkpoint's config.
 
-    python -m coreai_partitioner export --checkpoint DIR --out model.pte [task options]
+    python -m coreai_partitioner export --checkpoint DIR --out model.pte [--dtype fp16] [--verify] [task options]
+    python -m coreai_partitioner export --config NAME --dry-run        # a tiny random model of a family
 
 As ``optimum-cli export`` does, the task comes from the checkpoint's
 ``config.json`` (:func:`task_of`): its ``architectures``, then its
-``model_type``; a checkpoint of another task is refused before any work.  Each task's own command parses the rest of the line
-(:data:`TASKS`): ``text-generation`` is ``export-llm``, ``image-text-to-text``
-:mod:`~coreai_partitioner.cli.export_vlm`, ``automatic-speech-recognition``
-:mod:`~coreai_partitioner.cli.export_asr`.  ``--task`` names the
-task outright; ``--config NAME`` (a tiny random model) is the task whose
-command knows that name.
+``model_type``; a checkpoint of another task is refused before any work.
+``--task`` names it outright, and ``--config NAME`` is the task whose tiny
+models have that name.  This module is what every task shares: the common
+flags (:func:`_flags`, one name each), the plan settled before any weights
+are loaded (:class:`Plan`), loading, the export road (load, lower, write
+``OUT.partial``, time each phase, print the sizes), the ``--verify`` gate,
+and the files written beside the ``.pte``.  A task is a module of
+:mod:`.tasks` (:data:`TASKS`) that supplies only what is its own
+(:class:`Task`).  ``export-llm``, ``coreai-export-llm`` and
+``examples/export_llm.py`` are the ``text-generation`` task
+(:func:`export_llm`).
 """
 
 from __future__ import annotations
@@ -18,16 +24,400 @@ import argparse
 import importlib
 import json
 import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Protocol
 
-#: Each task's command module, by task name (optimum's names).  A module has ``main(argv, prog)`` and
-#: ``tiny_configs()``, the ``--config`` names it builds.
+import torch
+
+from coreai_partitioner import console
+from coreai_partitioner.cli.command import CommandError, run_command
+
+#: Each task's module, by task name (optimum's names).
 TASKS: dict[str, str] = {
-    "text-generation": "coreai_partitioner.cli.export_llm",
-    "image-text-to-text": "coreai_partitioner.cli.export_vlm",
-    "automatic-speech-recognition": "coreai_partitioner.cli.export_asr",
+    "text-generation": "coreai_partitioner.cli.tasks.text_generation",
+    "image-text-to-text": "coreai_partitioner.cli.tasks.image_text_to_text",
+    "automatic-speech-recognition": "coreai_partitioner.cli.tasks.automatic_speech_recognition",
 }
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+
+def _quantize_help() -> str:
+    from coreai_partitioner.quantize import SCHEMES
+
+    # argparse formats help with %: a scheme's "12%" is written %%
+    return ("weight-only, with coreai-opt: " + "; ".join(SCHEMES.values()) + "; composites stay float").replace("%", "%%")
+
+
+def _flags() -> dict[str, dict[str, Any]]:
+    """Every flag two tasks share, by name: the one place each is defined."""
+    from coreai_partitioner.backends.apple_coreai import debug_info
+    from coreai_partitioner.quantize import SCHEMES
+
+    return {
+        "--dtype": dict(choices=tuple(DTYPES), default="fp32", help="the floating dtype the model is exported in"),
+        "--target": dict(
+            choices=("host", "device"),
+            default="host",
+            help="host: this package's runtime (caches as delegate state); device: upstream's on-device Core AI "
+            "runtime (CoreAIBackend, fp16/fp32 tensors only, caches owned by ExecuTorch)",
+        ),
+        "--out": dict(type=Path, default=Path("model.pte")),
+        "--verify": dict(
+            action="store_true",
+            help="judge the .pte against the eager model it was lowered from (the fp32 model's distance beside it, "
+            "a report) before keeping it",
+        ),
+        "--dry-run": dict(action="store_true", help="print what would be exported, convert nothing"),
+        "--debug-info": dict(
+            choices=debug_info.LEVELS,
+            default=debug_info.DEFAULT,
+            help="what the Core AI asset keeps of the torch source: full = stack traces, for device diagnostics",
+        ),
+        "--verbose": dict(action="store_true", help="show the dependencies' own logs too"),
+        # The flags below are a task's when it names them in its FLAGS.
+        "--quantize": dict(choices=tuple(SCHEMES), help=_quantize_help()),
+        "--num-layers": dict(type=int, help="the text decoder's first N layers only (fast trials of a big checkpoint)"),
+        "--max-context-len": dict(type=int, help="cache length (prompt, images and generated tokens)"),
+        "--prefill-chunk": dict(type=int, help="most tokens (or embeddings) one text decoder call takes"),
+        "--no-tokenizer": dict(action="store_true", help="export without the checkpoint's tokenizer"),
+        "--generate": dict(metavar="PROMPT", help="continue PROMPT from the written .pte through ExecuTorch's runner"),
+        "--new-tokens": dict(type=int, default=16, help="how many tokens --generate (and --chat) add"),
+    }
+
+
+#: The flags every task takes; the rest of :func:`_flags`' are a task's when its ``FLAGS`` names them.
+COMMON = ("--dtype", "--target", "--out", "--verify", "--dry-run", "--debug-info", "--verbose")
+
+#: A flag's short name.
+SHORT = {"--verbose": "-v"}
+
+#: Spellings a flag had in one task's command before there was one command: accepted, not shown.
+HIDDEN = {"--prefill-chunk": ("--max-seq-len",), "--max-context-len": ("--max-decode-len",)}
+
+
+class Task(Protocol):
+    """What a task module (:mod:`.tasks`) supplies: only what is its own.
+
+    A module satisfies it with module-level names: ``NAME`` (optimum's task
+    name), ``MODEL`` (the ``transformers`` auto class it loads),
+    ``RUNNER`` (what runs its ``.pte``, for messages), ``FLAGS`` (the
+    shared flags it takes beyond :data:`COMMON`), ``DEFAULTS`` (their
+    defaults for it) and these functions.
+    """
+
+    NAME: str
+    MODEL: str
+    RUNNER: str
+    FLAGS: tuple[str, ...]
+    DEFAULTS: dict[str, Any]
+
+    def tiny_configs(self) -> list[str]:
+        """The ``--config`` names: its tiny random models."""
+
+    def tiny_config(self, name: str) -> Any:
+        """The config of the tiny random model ``name``."""
+
+    def add_flags(self, parser: argparse.ArgumentParser) -> None:
+        """Its own flags."""
+
+    def refusals(self) -> tuple[type[Exception], ...]:
+        """The errors that refuse its input: printed as one line, no traceback."""
+
+    def settle(self, args: argparse.Namespace, config: Any) -> Plan:
+        """Its own checks that need no weights; its :class:`Plan`."""
+
+    def dry_run(self, plan: Plan) -> None:
+        """Print what would be exported, from the config alone."""
+
+    def reference(self, plan: Plan, model: torch.nn.Module) -> Any:
+        """``--verify``'s reference: the fp32 model's outputs."""
+
+    def lower(self, plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
+        """The lowered program (an ``EdgeProgramManager``) and, under ``--verify``, the outputs of the eager model it
+        was lowered from (``None``: the reference's)."""
+
+    def describe(self, plan: Plan, model: torch.nn.Module, pte: Any) -> None:
+        """Print what the written ``.pte`` holds (``pte`` is :func:`~coreai_partitioner.backends.apple_coreai.runtime.pte.read_pte`'s)."""
+
+    def check(self, plan: Plan, path: Path, verified: Any, eager: Any) -> Any:
+        """The ``.pte`` at ``path`` judged: a report with ``ok`` and ``against``."""
+
+    def companions(self, plan: Plan, directory: Path) -> list[Path]:
+        """Write what a caller needs beside the ``.pte`` (a tokenizer, a preprocessor's config); the paths written."""
+
+    def after(self, plan: Plan) -> None:
+        """Run the written ``.pte`` as its flags ask (``--generate``, ``--chat``, ``--transcribe``)."""
+
+
+@dataclass
+class Plan:
+    """What the command will do, settled from its input before any weights are loaded; a task's plan adds its own."""
+
+    args: argparse.Namespace
+    config: Any
+    tokenizer: Any = None  # decoder.tokenizer.Tokenizer, or None (a tiny model's is made); settled after the task's checks
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return DTYPES[self.args.dtype]
+
+    @property
+    def load_dtype(self) -> torch.dtype:
+        """What the weights are loaded in: the export's dtype (a task may load wider and cast parts down)."""
+        return self.dtype
+
+    @property
+    def generation(self) -> Any:
+        """A ``GenerationConfig`` the loaded model carries instead of its own, or ``None``."""
+        return None
+
+
+# ---------------------------------------------------------------- the one command
+
+
+def build_parser(task: Task, prog: str | None = None) -> argparse.ArgumentParser:
+    """The task's command line: the source, the common flags, the shared flags it takes, its own."""
+    parser = argparse.ArgumentParser(prog=prog, description=task.__doc__.splitlines()[0], epilog=_examples(task),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--config", choices=task.tiny_configs(), help="a tiny random model of this family")
+    source.add_argument("--checkpoint", type=Path, help="a local Hugging Face checkpoint directory")
+    flags = _flags()
+    for flag in (*COMMON, *task.FLAGS):
+        parser.add_argument(*((SHORT[flag], flag) if flag in SHORT else (flag,)), **flags[flag])
+        for alias in HIDDEN.get(flag, ()):  # the old spelling parses; help shows one name
+            parser.add_argument(alias, dest=flag.lstrip("-").replace("-", "_"), type=flags[flag].get("type"), help=argparse.SUPPRESS)
+    task.add_flags(parser)
+    parser.set_defaults(**task.DEFAULTS)
+    return parser
+
+
+def _examples(task: Task) -> str:
+    """The task's usage lines (its docstring's indented block)."""
+    return "examples:\n" + task.__doc__.split("\n\n")[1] if "\n\n" in task.__doc__ else ""
+
+
+def run_task(task: Task, argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run ``task``'s command on ``argv``; returns the exit status (errors print one line naming what and the fix)."""
+    return run_command(lambda prog: build_parser(task, prog), lambda args: run(task, args), argv, prog)
+
+
+def export_llm(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """``coreai-export-llm``, ``python -m coreai_partitioner export-llm``, ``examples/export_llm.py``: the
+    ``text-generation`` task."""
+    return run_task(importlib.import_module(TASKS["text-generation"]), argv, prog)
+
+
+def run(task: Task, args: argparse.Namespace) -> None:
+    """Settle, then (unless ``--dry-run``) export to ``OUT.partial``, verify, keep it as ``--out``, and run it."""
+    try:
+        plan = settle(task, args)
+        if args.dry_run:
+            task.dry_run(plan)
+            return
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        partial = args.out.with_name(args.out.name + ".partial")
+        try:
+            export(task, plan, partial)
+        finally:
+            partial.unlink(missing_ok=True)
+    except task.refusals() as error:
+        raise CommandError(str(error)) from None
+    task.after(plan)
+
+
+# ---------------------------------------------------------------- before any export work
+
+
+def settle(task: Task, args: argparse.Namespace) -> Plan:
+    """Every check that needs no weights, the shared ones here, the task's own in its ``settle``."""
+    if args.checkpoint is None and args.config is None:
+        raise CommandError(
+            f"give --checkpoint DIR (a local Hugging Face checkpoint) or --config NAME (a tiny random model: "
+            f"{', '.join(task.tiny_configs())})"
+        )
+    for flag in ("num_layers", "max_context_len", "prefill_chunk", "new_tokens"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise CommandError(f"--{flag.replace('_', '-')} {value}: give at least 1")
+    plan = task.settle(args, model_config(task, args))
+    plan.tokenizer = choose_tokenizer(task, args)
+    if getattr(args, "generate", None) is not None and args.checkpoint and plan.tokenizer is None:
+        raise CommandError("--generate needs a tokenizer, and this export has none")
+    return plan
+
+
+def model_config(task: Task, args: argparse.Namespace) -> Any:
+    """``--checkpoint``'s config, or ``--config``'s tiny one."""
+    if not args.checkpoint:
+        return task.tiny_config(args.config)
+    from transformers import AutoConfig
+
+    if not (args.checkpoint / "config.json").is_file():
+        what = "no such directory" if not args.checkpoint.is_dir() else "no config.json in it"
+        raise CommandError(f"--checkpoint {args.checkpoint}: {what}; give a local Hugging Face checkpoint directory")
+    return AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
+
+
+def first_layers(config: Any, args: argparse.Namespace) -> Any:
+    """``config`` cut to its text decoder's first ``--num-layers`` layers (as it is without the flag)."""
+    from coreai_partitioner.decoder import first_layers as cut
+
+    if args.num_layers is None:
+        return config
+    try:
+        return cut(config, args.num_layers)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+
+
+def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
+    """The checkpoint's tokenizer, checked as ExecuTorch's runner loads it, before any export work; ``None`` for a tiny
+    model, under ``--no-tokenizer``, or (with a warning) where a task that takes ``--no-tokenizer`` finds none."""
+    from coreai_partitioner.decoder import tokenizer
+
+    if not args.checkpoint or getattr(args, "no_tokenizer", False):
+        return None
+    found = tokenizer.find(args.checkpoint)
+    if found is not None:
+        return tokenizer.check(found)
+    missing = f"{args.checkpoint} has no tokenizer (tokenizer.json, tokenizer.model, *.tiktoken)"
+    if "--no-tokenizer" not in task.FLAGS:
+        raise CommandError(f"{missing}; {task.RUNNER} needs one: give the checkpoint its tokenizer")
+    warnings.warn(
+        f"{missing}; the .pte is exported without one, and {task.RUNNER} will need one (--no-tokenizer says this is meant)",
+        stacklevel=2,
+    )
+    return None
+
+
+def tokenizer_beside(plan: Plan) -> Path:
+    """The tokenizer file written beside the ``.pte`` (the checkpoint's under its own name, a tiny model's
+    ``tokenizer.json``): what ``--generate`` hands the runner."""
+    return plan.args.out.parent / (plan.tokenizer.path.name if plan.tokenizer else "tokenizer.json")
+
+
+def describe_tokenizer(plan: Plan) -> str:
+    """The dry run's tokenizer line."""
+    if plan.tokenizer is not None:
+        return plan.tokenizer.describe()
+    return "one character per token (tiny config)" if not plan.args.checkpoint else "none"
+
+
+# ---------------------------------------------------------------- export
+
+
+class Phases:
+    """The seconds of each phase of an export, and the progress bar that names the phase running (on a terminal)."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self.seconds: dict[str, float] = {}
+        self.bar = tqdm(unit="phase", leave=False, disable=None)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.bar.set_description(name)
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        self.bar.update()
+
+    def __str__(self) -> str:
+        return "  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.seconds.items())
+
+
+def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
+    """The checkpoint at ``dtype``; or the tiny config's seeded model, made in fp32 and loaded into one made at ``dtype``
+    (what a checkpoint of it loads as), so its fp32 twin (``--verify``'s reference) has the same weights."""
+    import transformers
+    from transformers.utils import logging as transformers_logging
+
+    if not console.verbose():
+        transformers_logging.disable_progress_bar()  # its "Loading weights" bar: the command has its own
+    auto = getattr(transformers, task.MODEL)
+    if plan.args.checkpoint:
+        model = auto.from_pretrained(
+            plan.args.checkpoint, config=plan.config, dtype=dtype, local_files_only=True, attn_implementation="eager"
+        ).eval()
+    else:
+        torch.manual_seed(0)
+        model = auto.from_config(plan.config, dtype=torch.float32, attn_implementation="eager").eval()
+        if dtype != torch.float32:
+            cast = auto.from_config(plan.config, dtype=dtype, attn_implementation="eager").eval()
+            cast.load_state_dict(model.state_dict())
+            model = cast
+    if plan.generation is not None:
+        model.generation_config = plan.generation
+    return model
+
+
+def export(task: Task, plan: Plan, partial: Path) -> None:
+    """Load, lower, write ``partial``, verify it; then it becomes ``--out``, the task's companions beside it."""
+    from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
+
+    args = plan.args
+    phases = Phases()
+    verified = model = None
+    with phases.bar:
+        if args.verify:
+            with phases("fp32 reference"):
+                model = load_model(task, plan, torch.float32)
+                verified = task.reference(plan, model)
+                if plan.load_dtype != torch.float32:
+                    model = None  # the fp32 model goes before the one to export is loaded
+        with phases("load"):
+            if model is None:
+                model = load_model(task, plan, plan.load_dtype)
+        lowered, eager = task.lower(plan, model, verified, phases)
+        with phases("write"):
+            with open(partial, "wb") as file:
+                lowered.to_executorch().write_to_file(file)
+            del lowered
+
+    pte = read_pte(partial)
+    weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
+    task.describe(plan, model, pte)
+    print(f"  .pte {pte.size:,} bytes, weights {weights:,} bytes ({pte.size / weights:.3f}x)")
+    print(phases)
+    del model
+    if verified is not None:
+        verify_pte(task, plan, partial, verified, eager)
+    partial.replace(args.out)
+    written = task.companions(plan, args.out.parent)
+    print(f"wrote {args.out}" + (f" and {', '.join(p.name for p in written)}" if written else " (nothing beside it)"))
+
+
+def verify_pte(task: Task, plan: Plan, pte: Path, verified: Any, eager: Any) -> None:
+    """Print the ``.pte``'s report; a ``.pte`` that falls short of the eager model it was lowered from is not kept."""
+    start = time.perf_counter()
+    with console.NativeStreams():
+        report = task.check(plan, pte, verified, eager)
+    print(f"\n{report}\n  ({time.perf_counter() - start:.1f} s)")
+    if not report.ok:
+        raise CommandError(f"the .pte is not close enough to {report.against}; {plan.args.out} not written")
+
+
+def copy_beside(source: Path, directory: Path) -> Path:
+    """``source`` copied into ``directory`` (nothing to do when it is there already); the copy's path."""
+    target = directory / source.name
+    if source.resolve() != target.resolve():
+        target.write_bytes(source.read_bytes())
+    return target
+
+
+# ---------------------------------------------------------------- which task
+
+
+class UnknownTask(ValueError):
+    """A checkpoint whose task this package does not export; names what it found and the tasks it takes."""
+
 
 #: ``architectures`` suffixes of Hugging Face heads, by the task they are for.
 _HEADS = (
@@ -44,20 +434,16 @@ _TAKES = {
 }
 
 
-class UnknownTask(ValueError):
-    """A checkpoint whose task this package does not export; names what it found and the tasks it takes."""
-
-
 def _task_of_model_type(model_type: str) -> str | None:
     """The task whose families adapt ``model_type``, or ``None``."""
-    from coreai_partitioner.llm import families as llm_families
+    from coreai_partitioner.decoder import families as text_families
     from coreai_partitioner.vision import families as vision_families
 
     if model_type == "whisper":
         return "automatic-speech-recognition"
     if model_type in vision_families.supported():
         return "image-text-to-text"
-    if model_type in llm_families.supported():
+    if model_type in text_families.supported():
         return "text-generation"
     return None
 
@@ -143,4 +529,4 @@ def main(argv: list[str] | None = None, prog: str = "python -m coreai_partitione
             f"{prog}: error: the checkpoint's task is {task}; this package exports {', '.join(TASKS)}", file=sys.stderr
         )
         return 1
-    return importlib.import_module(TASKS[task]).main(rest, prog=f"{prog} ({task})")
+    return run_task(importlib.import_module(TASKS[task]), rest, prog=f"{prog} ({task})")

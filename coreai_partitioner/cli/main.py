@@ -1,5 +1,5 @@
 """``python -m coreai_partitioner verify|inspect MODEL.pte``, ``export`` (any task, :mod:`coreai_partitioner.cli.export`),
-``export-llm`` (:mod:`coreai_partitioner.cli.export_llm`) and ``export-optimum`` (optimum-executorch with the coreai recipes)."""
+``export-llm`` (its ``text-generation`` task) and ``export-optimum`` (optimum-executorch with the coreai recipes)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ PROG = "python -m coreai_partitioner"
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["export-llm"]:  # its own parser, the one coreai-export-llm and examples/export_llm.py use
-        from coreai_partitioner.cli.export_llm import main as export_llm
+    if argv[:1] == ["export-llm"]:  # the text-generation task, as coreai-export-llm and examples/export_llm.py run it
+        from coreai_partitioner.cli.export import export_llm
 
         return export_llm(argv[1:], prog=f"{PROG} export-llm")
     if argv[:1] == ["export"]:  # the task's own parser, picked from the checkpoint (cli/export.py)

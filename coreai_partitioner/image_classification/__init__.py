@@ -5,7 +5,7 @@ The road of a checkpoint:
 1. **Adapt** (:mod:`.vit`).  ViT (``ViTForImageClassification``) and DeiT
    (``DeiTForImageClassification``, ``...WithTeacher``) are re-composed over
    the model's own modules: patch tokens, then
-   :class:`~coreai_partitioner.llm.blocks.EncoderLayer` layers (pre-norm;
+   :class:`~coreai_partitioner.blocks.EncoderLayer` layers (pre-norm;
    SDPA composite, not causal; HF's LayerNorms, which coreai-torch converts
    to its ``layer_norm`` composite), the final LayerNorm, the classifier.
    Any other image classifier (ConvNeXt, MobileViT, ResNet...) is not

@@ -2,7 +2,7 @@
 
 Patch tokens (the patch convolution, the class token, DeiT's distillation
 token, the position table added whole), then
-:class:`~coreai_partitioner.llm.blocks.EncoderLayer` layers (ViT is pre-norm:
+:class:`~coreai_partitioner.blocks.EncoderLayer` layers (ViT is pre-norm:
 ``layernorm_before``, ``layernorm_after``; bidirectional SDPA composite),
 the final LayerNorm, and the classifier on the class token's state
 (DeiT with a teacher: the mean of the class and distillation heads).
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import MLP, EncoderAttention, EncoderLayer
+from coreai_partitioner.blocks import MLP, EncoderAttention, EncoderLayer
 
 #: ``model_type`` -> the classes adapted, and where their heads read the encoder's states.
 CLASSIFIERS = {

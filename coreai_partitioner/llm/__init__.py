@@ -2,16 +2,17 @@
 
 The road of a checkpoint:
 
-1. **Adapt** (:func:`adapt`, :mod:`.families`).  ``config.model_type`` picks
+1. **Adapt** (:func:`adapt`, :mod:`coreai_partitioner.decoder`, which a
+   vision-language model's text half shares).  ``config.model_type`` picks
    the family file; its ``build`` re-composes the model's layers from
-   :mod:`.blocks` over the model's own modules and weights (nothing copied):
+   :mod:`coreai_partitioner.blocks` over the model's own modules and weights (nothing copied):
    RMSNorms through the ``rms_norm`` composite, attention through
    ``rope`` and ``scaled_dot_product_attention``, each over a static cache
    the attention module owns (a ring of ``window`` slots for a sliding
    layer).  A module whose math is not a composite's stays plain ops and is
    logged with the reason; a model no family adapts, or a config value its
    family cannot honour, is refused here, before any export work.
-2. **Export** (:func:`export_decoder`).  The :class:`~.decoder.Decoder`'s
+2. **Export** (:func:`export_decoder`).  The :class:`Decoder`'s
    ``forward(tokens [1, T], input_pos [T]) -> logits`` is exported with ``T``
    symbolic and its composites externalized (the package's step 1).
 3. **Lower** (:func:`lower_decoder`).  One Core AI delegate takes the whole
@@ -22,15 +23,30 @@ The road of a checkpoint:
    against the eager model it was lowered from, within the runtime's rounding
    (:mod:`coreai_partitioner.verify.fidelity`), and against the fp32 model as a report.
 
-``python -m coreai_partitioner export-llm`` (:mod:`.cli`) is this road from the command line.
+``python -m coreai_partitioner export-llm`` (the ``text-generation`` task of :mod:`coreai_partitioner.cli.export`)
+is this road from the command line.
 """
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
-from coreai_partitioner.llm.errors import UnsupportedConfig
+from coreai_partitioner.decoder import (
+    DEVICE_SHAPES,
+    SHAPE_MODES,
+    TARGETS,
+    Decoder,
+    DecoderShapes,
+    UnsupportedConfig,
+    UnsupportedModel,
+    UnsupportedShapes,
+    adapt,
+    family_of,
+    first_layers,
+    reset_state,
+    runner_metadata,
+    supported,
+    tiny_config,
+)
 from coreai_partitioner.llm.check import DecoderReport, Reference
-from coreai_partitioner.llm.decoder import Decoder, reset_state
-from coreai_partitioner.llm.export import DEVICE_SHAPES, SHAPE_MODES, TARGETS, DecoderShapes, Plan, UnsupportedShapes, adapt, export_decoder, first_layers, lower_decoder, plan, runner_metadata
-from coreai_partitioner.llm.families import UnsupportedModel, family_of, supported, tiny_config
+from coreai_partitioner.llm.export import Plan, export_decoder, lower_decoder, plan
 from coreai_partitioner.llm.generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, method_for, prefill, prefill_calls
 
 __all__ = [

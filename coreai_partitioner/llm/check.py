@@ -38,8 +38,9 @@ import torch
 
 from coreai_partitioner.quantize.weight_forms import expand_weights
 from coreai_partitioner.verify import fidelity
-from coreai_partitioner.llm.decoder import reset_state
-from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.verify.fidelity import width_of
+from coreai_partitioner.decoder.decoder import reset_state
+from coreai_partitioner.decoder.shapes import DecoderShapes
 from coreai_partitioner.llm.generate import prefill, prefill_calls
 
 #: Tokens of the random prompt (dynamic shapes; enumerated shapes take a whole chunk) and greedy tokens compared.
@@ -67,11 +68,6 @@ class Reference:
     def threshold(self, dtype: torch.dtype | str) -> fidelity.Threshold:
         """The runtime's tolerance for a program of this model at ``dtype`` (:func:`fidelity.runtime_threshold`)."""
         return fidelity.runtime_threshold(dtype, width=self.width, depth=self.depth)
-
-
-def width_of(model: torch.nn.Module) -> int:
-    """The longest last dimension of ``model``'s weight matrices: the longest reduction of its matmuls."""
-    return max(p.shape[-1] for p in model.parameters() if p.dim() >= 2 and p.is_floating_point())
 
 
 def reference(

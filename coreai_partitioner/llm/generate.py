@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.decoder.shapes import DecoderShapes
 
 
 def prefill_calls(tokens: list[int], start: int, shapes: DecoderShapes) -> list[tuple[torch.Tensor, torch.Tensor, int]]:

@@ -25,9 +25,9 @@ from typing import Any
 import torch
 
 from coreai_partitioner.console import NativeStreams
-from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.decoder.shapes import DecoderShapes
 from coreai_partitioner.llm.generate import Generation, TextPieces, decode_tokens, eos_ids_of, prefill, prefill_calls
-from coreai_partitioner.llm.tokenizer import check, runner_loaders
+from coreai_partitioner.decoder.tokenizer import check, runner_loaders
 
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 

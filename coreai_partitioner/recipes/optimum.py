@@ -23,7 +23,7 @@ returns the last position's logits, which optimum's ``generate`` reads
 (``argmax(logits)[0, -1]``).  The context is optimum's ``max_seq_len``, and
 one call takes a prompt that long (optimum prefills in one call when the
 method's second input takes more than one position).  ``coreai_device``
-exports the device form (:mod:`coreai_partitioner.llm.device`), which
+exports the device form (:mod:`coreai_partitioner.decoder.device`), which
 upstream's on-device runtime loads: its ``forward`` takes a bounded number
 of tokens, the whole context, or a model's smallest sliding window where it
 has one (the device form writes a call's rows into a ring at once), so
@@ -90,7 +90,7 @@ def export(
         return {"model": _export_vision(hf_model, shapes, quantize, metadata).to_executorch()}
     decoder = llm.adapt(hf_model, shapes)
     if target == "device":
-        from coreai_partitioner.llm.device import sliding_windows
+        from coreai_partitioner.decoder.device import sliding_windows
 
         shapes = dataclasses.replace(shapes, prefill_chunk=min([context, *sliding_windows(decoder)]))
     lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize, decoder=decoder)

@@ -1,10 +1,10 @@
 """Speech recognition: Whisper to one ``.pte`` in ExecuTorch's ASR runner conventions, with Core AI composites.
 
 The road of a checkpoint (``python -m coreai_partitioner export --checkpoint DIR`` for an
-``automatic-speech-recognition`` one, :mod:`coreai_partitioner.cli.export_asr`):
+``automatic-speech-recognition`` one, :mod:`coreai_partitioner.cli.tasks.automatic_speech_recognition`):
 
 1. **Adapt** (:func:`adapt`, :mod:`.whisper`).  The Hugging Face model's own
-   modules re-composed from :mod:`coreai_partitioner.llm.blocks` into the two
+   modules re-composed from :mod:`coreai_partitioner.blocks` into the two
    methods the ASR runner calls: ``encoder(features) -> cross`` (the encoder
    and every decoder layer's cross-attention keys and values, once per
    utterance) and ``text_decoder(ids, cross, cache_position) -> logits``

@@ -77,7 +77,7 @@ def reference(
     max_new_tokens: int | None = None,
 ) -> SpeechReference:
     """:class:`SpeechReference` of a ``WhisperForConditionalGeneration`` (at its dtype) on ``features``."""
-    from coreai_partitioner.llm.check import width_of
+    from coreai_partitioner.verify.fidelity import width_of
 
     rules = DecodingRules.of(model.generation_config, language=language, task=task)
     prompt = list(rules.prompt)
@@ -127,6 +127,9 @@ class SpeechReport:
     ids: list[int]  # the program's own greedy ids
     precision: str
 
+    #: What :attr:`ok` judges the program against, in a sentence (``--verify`` names it when the .pte falls short).
+    against = "the Hugging Face model it was lowered from"
+
     @property
     def same_ids(self) -> bool:
         return self.ids == self.eager.ids
@@ -156,7 +159,7 @@ class SpeechReport:
 
     def raise_for_mismatch(self) -> None:
         if not self.ok:
-            raise AssertionError("the speech .pte is not close enough to the Hugging Face model it was lowered from:\n" + str(self))
+            raise AssertionError(f"the speech .pte is not close enough to {self.against}:\n" + str(self))
 
 
 def check(

@@ -14,9 +14,9 @@ is the same in both forms.  ``text_decoder`` changes where things live:
   patterns in an fp16 cache after another method of the program ran), and
   SDPA masks a slot by adding a large negative score and then weights its
   value: ``0 * NaN`` is NaN.  So the slots at or past the call's position are
-  replaced by zeros by a selection (:func:`~coreai_partitioner.llm.blocks.written_only`)
+  replaced by zeros by a selection (:func:`~coreai_partitioner.blocks.written_only`)
   before they are attended, and masked: the LLM device form's step
-  (:class:`~coreai_partitioner.llm.device.DeviceStep`), whose caches are these.
+  (:class:`~coreai_partitioner.decoder.device.DeviceStep`), whose caches are these.
 * **Ids and positions cross as fp32**, as the LLM device form carries them:
   the program casts its int64 ``ids`` and ``cache_position`` before the
   delegate; the delegate casts them to int32 for the embedding and position
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.device import DeviceStep
+from coreai_partitioner.decoder.device import DeviceStep
 from coreai_partitioner.partition.boundaries import outside_delegate
 
 

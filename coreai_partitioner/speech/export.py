@@ -19,7 +19,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner import _compat
 from coreai_partitioner.speech.whisper import FRAMES, Speech, adapt
 
 logger = logging.getLogger(__name__)
@@ -99,44 +98,26 @@ def lower_speech(
     receives the seconds of each phase (``export encoder``, ``export
     text_decoder``, ``lower``).
     """
-    from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
-    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
     from coreai_partitioner.speech.device import DeviceTextDecoder
 
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
-    refused = {"take_over_mutable_buffer", "input_enumerations", "share_asset", "uses_sidecar"} & set(partitioner_options)
-    if refused:
-        raise ValueError(
-            f"the speech export sets {', '.join(sorted(refused))} itself (one inline asset, a function per method); "
-            "leave them out"
-        )
     speech = speech if speech is not None else adapt(model, max_decode_len)
     phases = phases if phases is not None else {}
     device = target == "device"
     modules = {"encoder": speech.encoder, "text_decoder": DeviceTextDecoder(speech.decoder) if device else speech.decoder}
-    table = decomposition_table()
-    methods = {}
-    for method, sample in samples(speech).items():
-        started = time.perf_counter()
-        program, records = export_method(modules[method], sample, table)
-        partitioner = CoreAIPartitioner(
-            externalized_modules=records, take_over_mutable_buffer=not device, share_asset=True, **partitioner_options
-        )
-        methods[method] = (program, partitioner)
-        phases[f"export {method}"] = time.perf_counter() - started
-        logger.info("%s: exported in %.1f s", method, phases[f"export {method}"])
+
+    def exported():
+        table = decomposition_table()
+        for method, sample in samples(speech).items():
+            started = time.perf_counter()
+            yield method, export_method(modules[method], sample, table)
+            phases[f"export {method}"] = time.perf_counter() - started
+            logger.info("%s: exported in %.1f s", method, phases[f"export {method}"])
+
     started = time.perf_counter()
-    with torch.no_grad():
-        edge = lower_whole_programs(
-            methods,
-            constant_methods=runner_metadata(model, speech),
-            compile_config=_compat.unverified_compile_config(),
-            executorch_config=executorch_config if device else None,
-        )
-    if device:
-        relabel_backend(edge)
-        check_delegates(edge)
-    phases["lower"] = time.perf_counter() - started
+    edge = lower_methods(exported(), device=device, constant_methods=runner_metadata(model, speech), **partitioner_options)
+    phases["lower"] = time.perf_counter() - started - sum(phases[f"export {method}"] for method in METHODS)
     return edge

@@ -6,7 +6,7 @@ method of the ``.pte``:
 
 * :class:`SpeechEncoder`: ``encoder(features [1, n_mels, 3000] fp32) -> cross``.
   The two convolutions (GELU), the sinusoidal positions, the pre-norm layers
-  (:class:`~coreai_partitioner.llm.blocks.EncoderLayer`: bidirectional SDPA,
+  (:class:`~coreai_partitioner.blocks.EncoderLayer`: bidirectional SDPA,
   HF's LayerNorms, which coreai-torch converts to ``layer_norm``), the final
   LayerNorm; then every decoder layer's cross-attention keys and values of
   the utterance, ``cross`` ``[1, 2 * layers * heads, frames, head_dim]``
@@ -14,7 +14,7 @@ method of the ``.pte``:
 * :class:`TextDecoder`: ``text_decoder(ids [1, 1] int64, cross, cache_position
   [1] int64) -> logits [1, 1, vocab]``.  The token and position embeddings,
   pre-norm layers (self-attention over a static cache,
-  :class:`~coreai_partitioner.llm.blocks.Attention` without RoPE; attention to
+  :class:`~coreai_partitioner.blocks.Attention` without RoPE; attention to
   ``cross`` through the SDPA composite, :class:`CrossAttention`; the MLP),
   the final LayerNorm and the output projection, which is the token
   embedding (tied: one copy).
@@ -44,8 +44,8 @@ import torch
 from coreai_torch.composite_ops import SDPA
 from torch import nn
 
-from coreai_partitioner.llm.blocks import MLP, Attention, AttentionShape, EncoderAttention, EncoderLayer, Step
-from coreai_partitioner.llm.errors import UnsupportedConfig
+from coreai_partitioner.blocks import MLP, Attention, AttentionShape, EncoderAttention, EncoderLayer, Step
+from coreai_partitioner.blocks.errors import UnsupportedConfig
 from coreai_partitioner.partition.boundaries import outside_delegate
 
 #: The mel frames of one 30 s window, what ``encoder`` takes (the ASR runner's ``[1, n_mels, 3000]``).
@@ -151,7 +151,7 @@ class SpeechEncoder(nn.Module):
 class TextDecoder(nn.Module):
     """``text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, vocab]``, one token a call.
 
-    The self-attention caches are buffers of its :class:`~coreai_partitioner.llm.blocks.Attention`
+    The self-attention caches are buffers of its :class:`~coreai_partitioner.blocks.Attention`
     modules, ``max_decode_len`` slots each; the host form lowers them as the
     delegate's state, the device form (:mod:`.device`) keeps them ExecuTorch's.
     """
@@ -171,7 +171,7 @@ class TextDecoder(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norm = norm
         self.max_decode_len = max_decode_len
-        #: Read by :class:`~coreai_partitioner.llm.blocks.Step`: no RoPE, no sliding windows.
+        #: Read by :class:`~coreai_partitioner.blocks.Step`: no RoPE, no sliding windows.
         self.rope_tables = nn.ModuleDict()
         self.context = max_decode_len
 

@@ -4,7 +4,7 @@ The road of a checkpoint:
 
 1. **Adapt** (:func:`adapt`, :mod:`.families`).  ``config.model_type`` picks
    the family: ``bert``, ``roberta``, ``distilbert``.  Its embeddings, then
-   :class:`~coreai_partitioner.llm.blocks.PostNormEncoderLayer` layers over
+   :class:`~coreai_partitioner.blocks.PostNormEncoderLayer` layers over
    the model's own modules (SDPA composite, not causal, with the padding
    mask built from ``attention_mask``; HF's LayerNorms, which coreai-torch
    converts to its ``layer_norm`` composite), then a head: the checkpoint's

@@ -1,7 +1,7 @@
 """Each BERT-class ``model_type`` read as :class:`~.model.TextEncoder` parts: its embeddings, layers, MLM head.
 
 A family names where the Hugging Face model keeps its modules; the math is
-:mod:`.model`'s and :class:`~coreai_partitioner.llm.blocks.PostNormEncoderLayer`'s.
+:mod:`.model`'s and :class:`~coreai_partitioner.blocks.PostNormEncoderLayer`'s.
 BERT and RoBERTa share their layer (``attention.self.query``...,
 ``attention.output.LayerNorm``, ``intermediate``, ``output``); RoBERTa
 numbers positions from ``pad_token_id + 1`` and skips the padding (HF's
@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import MLP, EncoderAttention, PostNormEncoderLayer
-from coreai_partitioner.llm.blocks.mlp import ACTIVATIONS
+from coreai_partitioner.blocks import MLP, EncoderAttention, PostNormEncoderLayer
+from coreai_partitioner.blocks.mlp import ACTIVATIONS
 from coreai_partitioner.text_encoder.errors import UnsupportedTextEncoder
 from coreai_partitioner.text_encoder.model import TokenEmbeddings
 

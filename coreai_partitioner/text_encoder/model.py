@@ -2,7 +2,7 @@
 
 :class:`TokenEmbeddings` adds a token's word, position and (first) token-type
 embeddings and normalizes them; :class:`TextEncoder` runs the
-:class:`~coreai_partitioner.llm.blocks.PostNormEncoderLayer` stack with the
+:class:`~coreai_partitioner.blocks.PostNormEncoderLayer` stack with the
 padding mask built from ``attention_mask``.  :class:`MaskedLM` ends in the
 checkpoint's MLM head (the logits of every position), :class:`SentenceEmbedding`
 in the pooling a sentence-transformers checkpoint describes (:mod:`.pooling`).
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import PostNormEncoderLayer
+from coreai_partitioner.blocks import PostNormEncoderLayer
 
 
 class TokenEmbeddings(nn.Module):

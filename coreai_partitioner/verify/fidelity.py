@@ -133,6 +133,11 @@ def runtime_threshold(dtype: torch.dtype | str, *, width: int, depth: int) -> Th
     return Threshold(snr=-20 * math.log10(bound) - GAIN_DB, tie=TIE_NOISES * bound)
 
 
+def width_of(model: torch.nn.Module) -> int:
+    """The longest last dimension of ``model``'s weight matrices: the longest reduction of its matmuls."""
+    return max(p.shape[-1] for p in model.parameters() if p.dim() >= 2 and p.is_floating_point())
+
+
 def runtime_threshold_of(model: torch.nn.Module, dtype: torch.dtype | str) -> Threshold:
     """:func:`runtime_threshold` of any ``model``: its width the longest reduction of a weight's op
     (:func:`reduction_lengths`), its depth the number of weights that reduce (as if all were in series: the most

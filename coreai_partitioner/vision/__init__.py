@@ -4,10 +4,10 @@ The road of a checkpoint:
 
 1. **Adapt** (:func:`adapt`, :mod:`.families`).  ``config.model_type`` picks
    the family file (Gemma 3, SmolVLM / Idefics3, LLaVA); it composes the
-   vision tower from :mod:`coreai_partitioner.llm.blocks`' encoder layer
+   vision tower from :mod:`coreai_partitioner.blocks`' encoder layer
    over the model's own modules (:mod:`.tower`: SDPA and ``layer_norm``
    composites), takes the projector, and has the text model adapted by its
-   own llm family (:func:`coreai_partitioner.llm.adapt`).  A checkpoint
+   own llm family (:func:`coreai_partitioner.decoder.adapt`).  A checkpoint
    without a vision config, a type no family adapts, a config value a family
    cannot honour, an image of more tokens than one decoder call takes: all
    refused here, from the config, before any weights are loaded.
@@ -24,7 +24,7 @@ The road of a checkpoint:
    tokens against Hugging Face eager.
 
 ``python -m coreai_partitioner export --checkpoint DIR`` takes this road for
-an ``image-text-to-text`` checkpoint (:mod:`coreai_partitioner.cli.export_vlm`).
+an ``image-text-to-text`` checkpoint (:mod:`coreai_partitioner.cli.tasks.image_text_to_text`).
 """
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning

@@ -51,7 +51,7 @@ class Reference:
 
 def reference(model: torch.nn.Module, processed: Any, image_token_id: int, image_tokens: int, new_tokens: int = NEW_TOKENS) -> Reference:
     """The :class:`Reference` of the fp32 HF ``model`` over ``processed`` (its processor's output, batch 1)."""
-    from coreai_partitioner.llm.check import width_of
+    from coreai_partitioner.verify.fidelity import width_of
 
     inputs = dict(processed)
     images = {k: v for k, v in inputs.items() if k in ("pixel_values", "pixel_attention_mask")}

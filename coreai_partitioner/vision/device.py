@@ -1,6 +1,6 @@
 """The device form of a vision-language model's three methods: what upstream's on-device Core AI runtime runs.
 
-The LLM device form's contract (:mod:`coreai_partitioner.llm.device`),
+The LLM device form's contract (:mod:`coreai_partitioner.decoder.device`),
 method by method: ``CoreAIBackend``, inline, one function per delegate of
 one shared asset, fp16/fp32 tensor arguments only, nothing as Core AI state.
 
@@ -11,7 +11,7 @@ one shared asset, fp16/fp32 tensor arguments only, nothing as Core AI state.
 * ``text_decoder`` takes the embeddings and the runner's int64 positions,
   cast to fp32 before the delegate; the caches are the program's mutable
   buffers, read whole and written by row outside the delegate
-  (:class:`~coreai_partitioner.llm.device.DeviceStep`), never read where this
+  (:class:`~coreai_partitioner.decoder.device.DeviceStep`), never read where this
   sequence has not written them.
 
 ``n`` and ``S`` are bounded-dynamic, 1 to ``prefill_chunk``: the runner gives

@@ -1,7 +1,7 @@
 """One ``.pte`` for ExecuTorch's ``MultimodalRunner``: the three methods over one Core AI asset, and its metadata.
 
 :func:`lower_vlm` adapts a Hugging Face vision-language model (:func:`adapt`:
-its family's tower, projector and the text model's llm decoder), exports
+its family's tower, projector and the text model's decoder), exports
 each method of the :class:`~.model.VisionLanguage` with its composites
 externalized (:func:`export_methods`), and lowers the three in one
 ``to_backend`` call, each partitioner asking to share the asset: each method
@@ -11,7 +11,7 @@ runner's metadata rides along as constant methods (:func:`runner_metadata`).
 
 The host form (the default): ``text_decoder`` takes ``S`` from 1 to
 ``shapes.prefill_chunk`` (an image's tokens, or a prompt segment, in one
-call) and its caches are the delegate's Core AI state, as the llm host form's.
+call) and its caches are the delegate's Core AI state, as an LLM's host form's.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner import _compat
-from coreai_partitioner.llm.export import DecoderShapes
+from coreai_partitioner.decoder.shapes import DecoderShapes
 from coreai_partitioner.vision.errors import ImageTokensOverBound
 from coreai_partitioner.vision.families import family_of
 from coreai_partitioner.vision.model import VisionLanguage
@@ -43,8 +42,8 @@ def check_config(config: Any, shapes: DecoderShapes) -> Any:
     ``text_decoder`` call takes (the runner never splits a segment) or than
     the context holds.
     """
-    from coreai_partitioner.llm import UnsupportedShapes
-    from coreai_partitioner.llm import family_of as text_family_of
+    from coreai_partitioner.decoder import UnsupportedShapes
+    from coreai_partitioner.decoder import family_of as text_family_of
 
     family = family_of(config)
     if shapes.device and not shapes.bounded:
@@ -58,7 +57,7 @@ def check_config(config: Any, shapes: DecoderShapes) -> Any:
     if tokens > shapes.prefill_chunk:
         raise ImageTokensOverBound(
             f"{config.model_type}: one image is {tokens} embeddings, which the runner hands text_decoder in one call, "
-            f"and text_decoder takes at most {shapes.prefill_chunk} a call; export with --max-seq-len {tokens} or more"
+            f"and text_decoder takes at most {shapes.prefill_chunk} a call; export with --prefill-chunk {tokens} or more"
         )
     if tokens >= shapes.max_context_len:
         raise ImageTokensOverBound(
@@ -83,9 +82,9 @@ def adapt(model: nn.Module, shapes: DecoderShapes) -> VisionLanguage:
 
 
 def check_device_windows(vlm: VisionLanguage, shapes: DecoderShapes) -> None:
-    """Refuse a device-form ``text_decoder`` call (``--max-seq-len``) longer than the decoder's smallest sliding
+    """Refuse a device-form ``text_decoder`` call (``--prefill-chunk``) longer than the decoder's smallest sliding
     window, whose ring takes a call's rows at once; an image longer than the window fits no call of this form."""
-    from coreai_partitioner.llm.device import UnsupportedDevice, sliding_windows
+    from coreai_partitioner.decoder.device import UnsupportedDevice, sliding_windows
 
     windows = sliding_windows(vlm.decoder)
     if not windows or shapes.prefill_chunk <= windows[0]:
@@ -95,12 +94,12 @@ def check_device_windows(vlm: VisionLanguage, shapes: DecoderShapes) -> None:
         raise UnsupportedDevice(
             f"{vlm.model_type}: one image is {vlm.image_tokens} embeddings, which the runner hands text_decoder in one "
             f"call, and the device form's calls are at most its smallest sliding window ({window}), whose ring takes a "
-            "call's rows at once; no --max-seq-len fits both: export it in the host form (--target host)"
+            "call's rows at once; no --prefill-chunk fits both: export it in the host form (--target host)"
         )
     raise UnsupportedDevice(
         f"{vlm.model_type}: the device form writes a text_decoder call's rows into each sliding window's ring at once, "
-        f"and --max-seq-len {shapes.prefill_chunk} is longer than its smallest window ({window}); export with "
-        f"--max-seq-len {window} or less (one image is {vlm.image_tokens} embeddings)"
+        f"and --prefill-chunk {shapes.prefill_chunk} is longer than its smallest window ({window}); export with "
+        f"--prefill-chunk {window} or less (one image is {vlm.image_tokens} embeddings)"
     )
 
 
@@ -222,7 +221,7 @@ def runner_metadata(model: nn.Module, vlm: VisionLanguage, shapes: DecoderShapes
     ``vision_encoder`` takes and where its output goes; the processor's
     normalization is in ``preprocessor_config.json`` beside the ``.pte``.
     """
-    from coreai_partitioner.llm import runner_metadata as text_metadata
+    from coreai_partitioner.decoder import runner_metadata as text_metadata
 
     metadata = text_metadata(model, shapes)
     metadata.update(
@@ -252,37 +251,21 @@ def lower_vlm(
     quantized eager program (``{method: GraphModule}``, what ``--verify``
     judges the ``.pte`` against; :meth:`.run.Methods.of` runs it).
     """
-    from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
+    from coreai_partitioner.decoder.device import check_device
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
 
     vlm = vlm if vlm is not None else adapt(model, shapes)
-    executorch_config = None
     if shapes.device:
-        from coreai_partitioner.llm.device import check_device
-        from coreai_partitioner.lowering.device import executorch_config
-
         check_device(vlm.decoder, shapes.prefill_chunk)
-        refused = {"take_over_mutable_buffer", "share_asset", "uses_sidecar", "input_enumerations"} & set(partitioner_options)
-        if refused:
-            raise ValueError(f"the device form sets {', '.join(sorted(refused))} itself; leave them out")
-        partitioner_options = {**partitioner_options, "take_over_mutable_buffer": False}
-    methods = {}
-    exported = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
-    if quantize and quantized_reference is not None:
-        quantized_reference.update({method: program.module() for method, (program, _) in exported.items()})
-    for method, (program, records) in exported.items():
-        partitioner = CoreAIPartitioner(externalized_modules=records, share_asset=True, **partitioner_options)
-        methods[method] = (program, partitioner)
-    with torch.no_grad():
-        edge = lower_whole_programs(
-            methods,
-            constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
-            compile_config=_compat.unverified_compile_config(),
-            executorch_config=executorch_config,
-        )
-    if shapes.device:
-        from coreai_partitioner.lowering.device import check_delegates, relabel_backend
 
-        relabel_backend(edge)
-        check_delegates(edge, bounded=shapes.prefill_chunk)
-    return edge
+    def exported():
+        methods = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
+        if quantize and quantized_reference is not None:
+            quantized_reference.update({method: program.module() for method, (program, _) in methods.items()})
+        yield from methods.items()
+
+    return lower_methods(
+        exported(), device=shapes.device, constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
+        bounded=shapes.prefill_chunk, **partitioner_options,
+    )

@@ -23,12 +23,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import Step
-from coreai_partitioner.llm.decoder import Decoder
+from coreai_partitioner.blocks import Step
+from coreai_partitioner.decoder.decoder import Decoder
 
 
 class TextModel(nn.Module):
-    """A vision-language model's text half as :func:`coreai_partitioner.llm.adapt` reads a causal LM.
+    """A vision-language model's text half as :func:`coreai_partitioner.decoder.adapt` reads a causal LM.
 
     ``config`` is the text config, ``model`` the decoder stack (``embed_tokens``,
     ``layers``, ``norm``, ``rotary_emb``) and ``lm_head`` the head: the HF
@@ -47,7 +47,7 @@ class TextModel(nn.Module):
 
 
 class VisionLanguage(nn.Module):
-    """``vision_encoder``, ``token_embedding`` and ``text_decoder`` over a tower, a projector and a :class:`~coreai_partitioner.llm.Decoder`.
+    """``vision_encoder``, ``token_embedding`` and ``text_decoder`` over a tower, a projector and a :class:`~coreai_partitioner.decoder.Decoder`.
 
     ``tower`` maps pixels ``[1, 3, H, W]`` to patch features, ``projector``
     those to ``image_tokens`` embeddings of the decoder's width.
@@ -105,7 +105,7 @@ class VisionLanguage(nn.Module):
         return torch.cat([embeddings, flag], dim=-1)
 
     def decoder_input(self, embeddings: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, Step]:
-        """The decoder's hidden state and the call's :class:`~coreai_partitioner.llm.blocks.Step`."""
+        """The decoder's hidden state and the call's :class:`~coreai_partitioner.blocks.Step`."""
         hidden, image = self.split_flag(embeddings)
         return hidden, self.step(positions, image)
 
@@ -120,8 +120,8 @@ class VisionLanguage(nn.Module):
         return Step(self.decoder, positions)
 
     def device_step(self, positions: torch.Tensor, slots: torch.Tensor, image: torch.Tensor | None) -> Step:
-        """The device form's step (:class:`~coreai_partitioner.llm.device.DeviceStep`: caches the program's, written
+        """The device form's step (:class:`~coreai_partitioner.decoder.device.DeviceStep`: caches the program's, written
         by row at ``slots``, the int64 positions; ``positions`` are their fp32 copy)."""
-        from coreai_partitioner.llm.device import DeviceStep
+        from coreai_partitioner.decoder.device import DeviceStep
 
         return DeviceStep(self.decoder, positions, slots)

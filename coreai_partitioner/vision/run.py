@@ -100,7 +100,7 @@ class Methods:
         if isinstance(program, dict):
             import copy
 
-            from coreai_partitioner.llm.decoder import reset_state
+            from coreai_partitioner.decoder.decoder import reset_state
             from coreai_partitioner.quantize.weight_forms import expand_weights
 
             modules = {method: expand_weights(copy.deepcopy(module)) for method, module in program.items()}
@@ -115,7 +115,7 @@ class Methods:
 
             return cls(quantized, reset)
         if isinstance(program, VisionLanguage):
-            from coreai_partitioner.llm.decoder import reset_state
+            from coreai_partitioner.decoder.decoder import reset_state
 
             def eager(method: str, *inputs: torch.Tensor) -> torch.Tensor:
                 with torch.no_grad():

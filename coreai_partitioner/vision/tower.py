@@ -1,7 +1,7 @@
 """A vision tower (SigLIP, CLIP, Idefics3's SigLIP) over the Hugging Face model's own modules, for one image size.
 
 A tower is patch embeddings (a convolution, position embeddings at fixed
-ids, CLIP's class token), then :class:`~coreai_partitioner.llm.blocks.EncoderLayer`
+ids, CLIP's class token), then :class:`~coreai_partitioner.blocks.EncoderLayer`
 layers (bidirectional SDPA composite, HF's LayerNorms, which coreai-torch
 converts to its ``layer_norm`` composite), then an optional final LayerNorm.
 The image size is fixed at export: the position ids are read off Hugging
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import MLP, EncoderAttention, EncoderLayer
+from coreai_partitioner.blocks import MLP, EncoderAttention, EncoderLayer
 
 
 def position_ids_of(position_embedding: nn.Embedding, run: Callable[[], object]) -> torch.Tensor:

@@ -5,7 +5,7 @@ A family module defines:
 - ``MODEL_TYPES``: the ``config.model_type`` values it adapts;
 - ``build(model, shapes) -> VisionLanguage``: the tower, projector and text
   decoder over the model's own modules (the decoder is
-  :func:`coreai_partitioner.llm.adapt`'s, of the text model's own family);
+  :func:`coreai_partitioner.decoder.adapt`'s, of the text model's own family);
 - ``check(config, shapes)``: what the family refuses in a config, from the
   config alone (before any weights are loaded);
 - ``image_tokens(config)``: how many embeddings one image is;
@@ -14,7 +14,7 @@ A family module defines:
   character per token (tests and examples).
 
 A family's quirk lives in its file, as a subclass of a primitive of
-:mod:`coreai_partitioner.llm.blocks` or of :mod:`..tower` / :mod:`..model`.
+:mod:`coreai_partitioner.blocks` or of :mod:`..tower` / :mod:`..model`.
 Modules whose name starts with ``_`` are not families.
 """
 
@@ -24,7 +24,7 @@ import functools
 from types import ModuleType
 from typing import Any
 
-from coreai_partitioner.llm.families import family_modules
+from coreai_partitioner.decoder.families import family_modules
 from coreai_partitioner.vision.errors import UnsupportedVisionModel
 
 

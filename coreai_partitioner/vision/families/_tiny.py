@@ -13,7 +13,7 @@ IMAGE_TOKEN_ID = 250
 
 def text_config(model_type: str, **overrides: Any) -> Any:
     """The llm family's tiny text config for ``model_type``, cut to 2 layers."""
-    from coreai_partitioner.llm import first_layers, tiny_config
+    from coreai_partitioner.decoder import first_layers, tiny_config
 
     config = tiny_config(model_type)
     if config.num_hidden_layers > 2:

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.llm.blocks import Norm, Step, norm_eps
-from coreai_partitioner.llm.device import DeviceStep
+from coreai_partitioner.blocks import Norm, Step, norm_eps
+from coreai_partitioner.decoder.device import DeviceStep
 from coreai_partitioner.vision.families import _tiny
 from coreai_partitioner.vision.model import TextModel, VisionLanguage
 from coreai_partitioner.vision.tower import tower
@@ -37,7 +37,7 @@ MODEL_TYPES = ("gemma3",)
 
 
 class ImageBlocks:
-    """A step (mixed into :class:`~coreai_partitioner.llm.blocks.Step` or a subclass) whose image tokens also
+    """A step (mixed into :class:`~coreai_partitioner.blocks.Step` or a subclass) whose image tokens also
     attend the later image tokens of the same call: HF's ``blockwise_overlay`` for one image a call.
 
     ``image`` ``[T]`` (bool) marks the call's image tokens.  A call holds
@@ -136,7 +136,7 @@ def check(config: Any, shapes: Any) -> None:
 
 
 def build(model: nn.Module, shapes: Any) -> VisionLanguage:
-    from coreai_partitioner.llm import adapt
+    from coreai_partitioner.decoder import adapt
 
     config = model.config
     base = model.model

@@ -54,7 +54,7 @@ def check(config: Any, shapes: Any) -> None:
 
 
 def build(model: nn.Module, shapes: Any) -> VisionLanguage:
-    from coreai_partitioner.llm import adapt
+    from coreai_partitioner.decoder import adapt
 
     config = model.config
     base = model.model

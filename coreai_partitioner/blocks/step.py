@@ -1,0 +1,118 @@
+"""One ``forward`` call, as every layer of the decoder sees it: :class:`Step`.
+
+A step holds what every layer of one call shares: the positions, RoPE's cos
+and sin per table, the attention masks and the KV cache write plans, each
+made once (:meth:`Step.memoized`).  It also decides how a cache is read and
+written (:meth:`Step.full_cache`, :meth:`Step.ring_cache`): the host form's
+caches are the delegate's state, written in place; the device form's step
+(:class:`~coreai_partitioner.decoder.device.DeviceStep`) reads them whole and
+writes the new rows outside the delegate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from coreai_partitioner.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan
+
+
+class Step:
+    """What every layer of one ``forward(tokens, input_pos)`` call shares; built once per call.
+
+    Positions at or past ``context`` are padding (enumerated shapes pad a
+    short prompt in front with them): they write no cache slot and no query
+    of a real token attends them.
+    """
+
+    def __init__(self, decoder: nn.Module, input_pos: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+        self.decoder = decoder
+        self.positions = input_pos
+        #: The activations' dtype (RoPE's tables are made in it); the decoder sets it from its embedding.
+        self.dtype = dtype
+        self._memo: dict = {}
+        #: What a layer leaves for later layers of the same call, by name (Gemma 4's shared keys and values,
+        #: its per-layer inputs).
+        self.left: dict = {}
+
+    def memoized(self, key, make: Callable):
+        """The value ``make()`` gives, made once per call under ``key`` (masks, RoPE tables, plans every layer shares)."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def rope(self, table: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.memoized(("rope", table), lambda: self.decoder.rope_tables[table](self.positions, self.dtype))
+
+    def carry(self, state: torch.Tensor) -> torch.Tensor:
+        """``state`` where the call goes on from an earlier one, zeros where it starts at position 0.
+
+        A recurrent layer's state is what its earlier calls left; a call at
+        position 0 (a new prompt, or ExecuTorch's runner after ``reset()``)
+        starts from nothing, as the KV cache's slots are written from 0 again.
+        """
+        goes_on = self.memoized("goes_on", lambda: self.positions[:1] > 0)
+        return torch.where(goes_on, state, torch.zeros_like(state))  # not a product: 0 * NaN is NaN
+
+    def full_mask(self, length: int) -> torch.Tensor:
+        """``[1, 1, T, length]``: a query attends every cache slot at or before its position."""
+
+        def make():
+            slots = torch.arange(length, dtype=self.positions.dtype, device=self.positions.device)
+            return (slots <= self.positions.view(-1, 1))[None, None]
+
+        return self.memoized(("full_mask", length), make)
+
+    def write_plan(self, shape: torch.Size, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The one-hot write of this call's positions into a full cache of ``shape`` [B, H, L, D]."""
+        return self.memoized(("write", tuple(shape), dtype), lambda: write_plan(self.positions, shape, dtype))
+
+    def window(self, size: int) -> WindowPlan:
+        """The plan of a sliding window of ``size`` slots (:class:`WindowPlan`), shared by its layers."""
+
+        def make():
+            slot_positions = self.decoder.window_positions(size)
+            return window_plan(slot_positions, self.positions.float(), size, self.decoder.context)
+
+        return self.memoized(("window", size), make)
+
+    def before_layer(self, index: int, hidden: torch.Tensor) -> torch.Tensor:
+        """The hidden state layer ``index`` takes: as it is here (a device step may break the graph there)."""
+        return hidden
+
+    def scope(self, index: int):
+        """A context layer ``index`` runs in (a device step marks which delegate its ops go to)."""
+        return contextlib.nullcontext()
+
+    def full_cache(
+        self, key_cache: torch.Tensor, value_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Write this call's ``k``, ``v`` [B, H, T, D] into a full cache (a slot per position); the keys,
+        values and mask [1, 1, T, L] to attend."""
+        plan = self.write_plan(key_cache.shape, key_cache.dtype)
+        keys = write_at(key_cache, k, plan)
+        values = write_at(value_cache, v, plan)
+        key_cache.copy_(keys)
+        value_cache.copy_(values)
+        return keys, values, self.full_mask(key_cache.shape[2])
+
+    def ring_cache(
+        self, size: int, key_cache: torch.Tensor, value_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The ring's keys and values then the call's own, and their mask [1, 1, T, size + T]; the call's
+        last ``size`` tokens written into the ring (:func:`window_plan`)."""
+        plan = self.window(size)
+        keys = torch.cat([key_cache, k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        key_cache.copy_(ring_write(key_cache, k, plan))
+        value_cache.copy_(ring_write(value_cache, v, plan))
+        return keys, values, plan.mask
+
+    def finish(self) -> None:
+        """Write every sliding window's new slot positions (after every layer has read the old)."""
+        for key, plan in self._memo.items():
+            if key[0] == "window":
+                self.decoder.window_positions(key[1]).copy_(plan.positions)

@@ -122,3 +122,40 @@ def is_patched(model: torch.nn.Module) -> bool:
         hasattr(m, "_original_forward") or hasattr(m, "_externalize_name") or "forward" in vars(m)
         for m in model.modules()
     )
+
+
+class Op(torch.nn.Module):
+    """A module that calls ``fn``: one op pattern, for the partitioner's per-op tests."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def lower_plain(model: torch.nn.Module, sample: tuple):
+    """``to_edge_transform_and_lower`` as a deployer calls it for Core AI; the edge manager and the partitioner."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes
+
+    partitioner = CoreAIPartitioner()
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model.eval(), sample),
+        partitioner=[partitioner],
+        compile_config=get_default_compile_config(),
+        transform_passes=get_default_passes(),
+    )
+    return edge, partitioner
+
+
+def run_edge(edge, sample: tuple) -> torch.Tensor:
+    """The first output of ``edge``'s ``.pte`` on ``sample``, in ExecuTorch's runtime with the Core AI backend."""
+    from executorch.runtime import Runtime
+
+    from coreai_partitioner import load_runtime_backend
+
+    load_runtime_backend()
+    return Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))[0]

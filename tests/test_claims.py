@@ -10,40 +10,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import Op, lower_plain, run_edge
 from torch import nn
 
-from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes, load_runtime_backend
 from coreai_partitioner.verify.describe import outside_delegates
 
 pytestmark = pytest.mark.slow
 
 
-class Op(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def _lower(model: nn.Module, sample: tuple):
-    from executorch.exir import to_edge_transform_and_lower
-
-    partitioner = CoreAIPartitioner()
-    program = torch.export.export(model.eval(), sample)
-    edge = to_edge_transform_and_lower(
-        program, partitioner=[partitioner], compile_config=get_default_compile_config(), transform_passes=get_default_passes()
-    )
-    return edge, partitioner
-
-
-def _run(edge, sample: tuple) -> torch.Tensor:
-    from executorch.runtime import Runtime
-
-    load_runtime_backend()
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
-    return method.execute(list(sample))[0]
 
 
 pool = torch.randn(1, 2, 7, 7)
@@ -84,25 +58,25 @@ CLAIMED = {
 def test_a_node_the_converter_cannot_lower_right_stays_outside_and_the_pte_gives_eagers_result(case):
     model, sample, op, words = REFUSED[case]
     torch.manual_seed(0)
-    edge, partitioner = _lower(model, sample)
+    edge, partitioner = lower_plain(model, sample)
     outside = outside_delegates(edge)["forward"]
     assert any(op in name for name in outside), f"{op} was claimed: outside are {dict(outside)}"
     assert any(op in name and words in reason for name, reason in partitioner.refused.items()), partitioner.refused
-    torch.testing.assert_close(_run(edge, sample), model(*sample), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(run_edge(edge, sample), model(*sample), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", sorted(CLAIMED))
 def test_an_ordinary_use_of_the_same_op_is_claimed_whole_and_right(case):
     model, sample = CLAIMED[case]
     torch.manual_seed(0)
-    edge, partitioner = _lower(model, sample)
+    edge, partitioner = lower_plain(model, sample)
     assert not outside_delegates(edge)["forward"], partitioner.refused
-    torch.testing.assert_close(_run(edge, sample), model(*sample), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(run_edge(edge, sample), model(*sample), rtol=1e-4, atol=1e-5)
 
 
 def test_a_transposed_3d_convolution_stays_outside_rather_than_kill_the_lowering():
     # ExecuTorch's portable kernels have no 3-d convolution either, so the .pte cannot run here (the suite skips it)
-    edge, partitioner = _lower(nn.ConvTranspose3d(2, 2, 2), (pool3d,))
+    edge, partitioner = lower_plain(nn.ConvTranspose3d(2, 2, 2), (pool3d,))
     assert sum(outside_delegates(edge)["forward"].values()) == 1
     assert "Transposed conv3d" in partitioner.refused["aten.convolution.default"]
 
@@ -117,5 +91,5 @@ def test_a_batchnorms_unread_counter_and_an_int64_constant_leave_no_cast_outside
             return self.norm(x) * 3  # 3 becomes an int64 lifted constant; norm has num_batches_tracked (int64)
 
     model, sample = Scaled().eval(), (pool,)
-    edge, _ = _lower(model, sample)
+    edge, _ = lower_plain(model, sample)
     assert not outside_delegates(edge)["forward"]

@@ -14,40 +14,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import Op, lower_plain, run_edge
 from torch import nn
 from torch.nn import functional as F
 
-from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes, load_runtime_backend
 from coreai_partitioner.backends.apple_coreai.passes import pool_arguments_in_full
 from coreai_partitioner.verify.describe import outside_delegates
 
 
-class Op(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def _lower(model: nn.Module, sample: tuple):
-    from executorch.exir import to_edge_transform_and_lower
-
-    partitioner = CoreAIPartitioner()
-    program = torch.export.export(model.eval(), sample)
-    edge = to_edge_transform_and_lower(
-        program, partitioner=[partitioner], compile_config=get_default_compile_config(), transform_passes=get_default_passes()
-    )
-    return edge, partitioner
-
-
-def _run(edge, sample: tuple) -> torch.Tensor:
-    from executorch.runtime import Runtime
-
-    load_runtime_backend()
-    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
-    return method.execute(list(sample))[0]
 
 
 torch.manual_seed(0)
@@ -102,11 +76,11 @@ CLAIMED = {
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_a_pool_or_upsample_the_converter_gets_wrong_stays_outside_and_the_pte_gives_eagers_result(case):
     model, sample, op, words = REFUSED[case]
-    edge, partitioner = _lower(model, sample)
+    edge, partitioner = lower_plain(model, sample)
     outside = outside_delegates(edge)["forward"]
     assert any(op in name for name in outside), f"{op} was claimed: outside are {dict(outside)}"
     assert any(op in name and words in reason for name, reason in partitioner.refused.items()), partitioner.refused
-    torch.testing.assert_close(_run(edge, sample), model(*sample), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(run_edge(edge, sample), model(*sample), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -115,9 +89,9 @@ def test_a_pool_conv_or_upsample_the_converter_lowers_right_is_claimed_whole_and
     model, sample = CLAIMED[case]
     torch.manual_seed(0)
     model = model.eval()
-    edge, partitioner = _lower(model, sample)
+    edge, partitioner = lower_plain(model, sample)
     assert not outside_delegates(edge)["forward"], partitioner.refused
-    torch.testing.assert_close(_run(edge, sample), model(*sample), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(run_edge(edge, sample), model(*sample), rtol=1e-4, atol=1e-5)
 
 
 def _pool_node(fn, sample):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import warnings
@@ -151,17 +152,9 @@ def _with_own_constants(program: ExportedProgram) -> ExportedProgram:
     over from that dict: without this, lowering empties the caller's program
     of its lifted constants (``program.module()`` then fails with a KeyError).
     """
-    return ExportedProgram(
-        root=program.graph_module,
-        graph=program.graph,
-        graph_signature=program.graph_signature,
-        state_dict=program.state_dict,
-        range_constraints=program.range_constraints,
-        module_call_graph=program.module_call_graph,
-        example_inputs=program.example_inputs,
-        constants=dict(program.constants),
-        verifiers=program.verifiers,
-    )
+    own = copy.copy(program)  # not ExportedProgram(...): that validates a signature a caller's pass may have left stale
+    own._constants = dict(program.constants)
+    return own
 
 
 def _constant_placeholders(exported_program: ExportedProgram) -> frozenset[str]:

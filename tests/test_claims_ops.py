@@ -11,43 +11,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
+from helpers import Op, lower_plain, run_edge
 
-from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes, load_runtime_backend
 from coreai_partitioner.partition import claims
 from coreai_partitioner.partition.claims import scalar_results
 from coreai_partitioner.verify.describe import outside_delegates
 
 pytestmark = pytest.mark.slow
-
-
-class Op(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def _lower(model: nn.Module, sample: tuple):
-    from executorch.exir import to_edge_transform_and_lower
-
-    partitioner = CoreAIPartitioner()
-    edge = to_edge_transform_and_lower(
-        torch.export.export(model.eval(), sample),
-        partitioner=[partitioner],
-        compile_config=get_default_compile_config(),
-        transform_passes=get_default_passes(),
-    )
-    return edge, partitioner
-
-
-def _run(edge, sample: tuple) -> list[torch.Tensor]:
-    from executorch.runtime import Runtime
-
-    load_runtime_backend()
-    return Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))
 
 
 rows = torch.randn(5, 3)
@@ -72,11 +42,11 @@ READ_INSIDE = {
 @pytest.mark.parametrize("case", sorted(HANDED_OUT))
 def test_a_rank0_result_the_program_reads_outside_stays_outside_and_the_pte_gives_eagers_result(case):
     model, sample, op = HANDED_OUT[case]
-    edge, partitioner = _lower(model, sample)
+    edge, partitioner = lower_plain(model, sample)
     outside = outside_delegates(edge)["forward"]
     assert any(op in name for name in outside), f"{op} was claimed: outside are {dict(outside)}"
     assert any(op in name and "rank-0 result would leave" in reason for name, reason in partitioner.refused.items())
-    (actual,) = _run(edge, sample)
+    actual = run_edge(edge, sample)
     assert actual.shape == torch.Size([])
     torch.testing.assert_close(actual, model(*sample), rtol=1e-5, atol=1e-5)
 
@@ -84,18 +54,18 @@ def test_a_rank0_result_the_program_reads_outside_stays_outside_and_the_pte_give
 @pytest.mark.parametrize("case", sorted(READ_INSIDE))
 def test_a_rank0_result_read_only_inside_the_delegate_is_claimed_whole_and_right(case):
     model, sample = READ_INSIDE[case]
-    edge, partitioner = _lower(model, sample)
+    edge, partitioner = lower_plain(model, sample)
     assert not outside_delegates(edge)["forward"], partitioner.refused
-    (actual,) = _run(edge, sample)
+    actual = run_edge(edge, sample)
     torch.testing.assert_close(actual, model(*sample), rtol=1e-5, atol=1e-5)
 
 
 def test_the_values_of_max_over_a_vector_stay_outside_with_their_int64_indices():
     # max.dim stays outside for its int64 indices; its rank-0 values entering a delegate would trap the runtime
     model, sample = Op(lambda v: v - torch.max(v, dim=0).values), (vector,)
-    edge, _ = _lower(model, sample)
+    edge, _ = lower_plain(model, sample)
     assert {"aten.max.dim", "aten.sub.Tensor"} <= set(outside_delegates(edge)["forward"])
-    (actual,) = _run(edge, sample)
+    actual = run_edge(edge, sample)
     torch.testing.assert_close(actual, model(*sample), rtol=0, atol=0)
 
 
@@ -104,8 +74,8 @@ def test_a_pte_whose_delegate_hands_out_a_rank0_result_fails_saying_reshape_it(m
 
     rules = [rule for rule in claims._RULES[claims.EVERY_OP] if rule is not scalar_results.scalar_result_leaves_the_delegate]
     monkeypatch.setitem(claims._RULES, claims.EVERY_OP, rules)  # a .pte lowered without the rule
-    edge, _ = _lower(Op(lambda x: x.sum()), (rows,))
+    edge, _ = lower_plain(Op(lambda x: x.sum()), (rows,))
     assert not outside_delegates(edge)["forward"]
     with pytest.raises(RuntimeError):
-        _run(edge, (rows,))
+        run_edge(edge, (rows,))
     assert "is rank 0 in the asset, returned as [1]: reshape(1) it in the model" in last_error()

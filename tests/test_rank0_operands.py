@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import lower_plain, run_edge
 from torch import nn
 
-from coreai_partitioner import CoreAIPartitioner, get_default_compile_config, get_default_passes, load_runtime_backend
 from coreai_partitioner.verify.describe import outside_delegates
 
 pytestmark = pytest.mark.slow
@@ -33,20 +33,8 @@ class ScaledByBuffer(nn.Module):
 
 
 def _lower_and_run(model: nn.Module, sample: tuple):
-    from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime
-
-    partitioner = CoreAIPartitioner()
-    edge = to_edge_transform_and_lower(
-        torch.export.export(model.eval(), sample),
-        partitioner=[partitioner],
-        compile_config=get_default_compile_config(),
-        transform_passes=get_default_passes(),
-    )
-    outside = outside_delegates(edge)["forward"]
-    load_runtime_backend()
-    actual = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
-    return outside, partitioner.refused, actual
+    edge, partitioner = lower_plain(model, sample)
+    return outside_delegates(edge)["forward"], partitioner.refused, run_edge(edge, sample)
 
 
 x = torch.randn(2, 8, 8)

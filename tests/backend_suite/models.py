@@ -3,6 +3,7 @@ its path: :func:`backend_suite.environment`).
 
     python -m backend_suite.models mobilenet_v2 --size 96
 
+A ViT (``vit_b_16``) is built for ``size`` x ``size`` images with a drawn head.
 ``swin_v2_block`` is one shifted ``SwinTransformerBlockV2`` (``size`` x ``size``
 tokens of width 32).  Prints one JSON line: the ops left outside the delegates, how many delegates,
 and the SNR of the ``.pte``'s output (ExecuTorch's runtime, Core AI delegates
@@ -38,6 +39,12 @@ def check(name: str, size: int) -> dict:
         # with their data, never as rank-0 inputs, which trap the runtime (claims/scalars.py)
         model = torchvision.models.swin_transformer.SwinTransformerBlockV2(32, 2, window_size=[4, 4], shift_size=[2, 2])
         sample = (torch.randn(1, size, size, 32),)
+    elif name.startswith("vit_"):
+        # a ViT takes one image size, its position table's: built at ``size``; its head drawn (torchvision zeroes it,
+        # and an all-zero output would match anything)
+        model = getattr(torchvision.models, name)(image_size=size)
+        torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+        sample = (torch.randn(1, 3, size, size),)
     else:
         model = getattr(torchvision.models, name)()
         sample = (torch.randn(1, 3, size, size),)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import tempfile
 from collections.abc import Sequence
 import numpy as np
@@ -153,9 +155,31 @@ def lower_plain(model: torch.nn.Module, sample: tuple):
 
 def run_edge(edge, sample: tuple) -> torch.Tensor:
     """The first output of ``edge``'s ``.pte`` on ``sample``, in ExecuTorch's runtime with the Core AI backend."""
-    from executorch.runtime import Runtime
+    return run_pte(edge.to_executorch().buffer, sample)[0]
 
-    from coreai_partitioner import load_runtime_backend
 
-    load_runtime_backend()
-    return Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
+class LoadedMethod:
+    """A method of a ``.pte`` loaded in ExecuTorch's runtime, with the ``Program`` it came from.
+
+    ExecuTorch's Python ``Method`` does not keep its ``Program`` alive: in
+    ``Runtime.get().load_program(pte).load_method("forward").execute(...)``
+    the program and its bytes are freed before ``execute``, which then reads
+    freed memory (an output planned as ``(1053286901, ERR)``, error 0x10).
+    """
+
+    def __init__(self, pte, name: str = "forward") -> None:
+        from executorch.runtime import Runtime
+
+        from coreai_partitioner import load_runtime_backend
+
+        load_runtime_backend()
+        self.program = Runtime.get().load_program(str(pte) if isinstance(pte, Path) else pte)
+        self.method = self.program.load_method(name)
+
+    def execute(self, inputs) -> list:
+        return self.method.execute(list(inputs))
+
+
+def run_pte(pte, inputs, method: str = "forward") -> list:
+    """The outputs of ``method`` of a ``.pte`` (its bytes or path) on ``inputs``, in ExecuTorch's runtime."""
+    return LoadedMethod(pte, method).execute(inputs)

@@ -26,13 +26,14 @@ import pytest
 import torch
 
 import backend_suite.torchvision_ops  # noqa: F401 - torchvision's operator schemas, before transformers imports it
+from helpers import LoadedMethod
 from requires import require
 
 require("transformers", "hf")
 
 import transformers  # noqa: E402
 
-from coreai_partitioner import image_classification, load_runtime_backend, save_pte, text_encoder  # noqa: E402
+from coreai_partitioner import image_classification, save_pte, text_encoder  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 
@@ -91,11 +92,8 @@ def tiny_image(kind: str) -> transformers.PreTrainedModel:
     return model
 
 
-def method(path: Path):
-    from executorch.runtime import Runtime
-
-    load_runtime_backend()
-    return Runtime.get().load_program(str(path)).load_method("forward")
+def method(path: Path) -> LoadedMethod:
+    return LoadedMethod(path)
 
 
 def composites(path: Path) -> Counter:

@@ -14,7 +14,7 @@ import torch
 from executorch.backends.apple.coreai import coreai_sidecar_dir
 from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
-from helpers import SplitByRemainder, TwoNorms, externalize, lower, seeded, two_norms
+from helpers import SplitByRemainder, TwoNorms, externalize, lower, run_pte, seeded, two_norms
 
 from coreai_partitioner import (
     CoreAIPartitioner,
@@ -86,8 +86,7 @@ def test_backend_registers_both_backend_ids_once():
 
 def test_plain_executorch_runtime_runs_an_inline_pte_like_eager(two_norms_pte):
     model, x, pte = two_norms_pte
-    load_runtime_backend()
-    (out,) = Runtime.get().load_program(pte).load_method("forward").execute([x])
+    (out,) = run_pte(pte, [x])
     torch.testing.assert_close(out, model(x).detach(), rtol=1e-4, atol=1e-5)
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import run_edge
 
-from coreai_partitioner import CoreAIPartitioner, get_default_passes, load_runtime_backend
+from coreai_partitioner import CoreAIPartitioner, get_default_passes
 from coreai_partitioner.verify.describe import outside_delegates
 
 pytestmark = pytest.mark.slow
@@ -24,13 +25,11 @@ class PooledHead(torch.nn.Module):
 
 def test_a_global_average_pool_of_a_permuted_tensor_is_one_delegate_and_gives_eagers_result():
     from executorch.exir import to_edge_transform_and_lower
-    from executorch.runtime import Runtime
 
     sample = (torch.randn(1, 7, 7, 16),)
     edge = to_edge_transform_and_lower(
         torch.export.export(PooledHead(), sample), partitioner=[CoreAIPartitioner()], transform_passes=get_default_passes()
     )
     assert not outside_delegates(edge)["forward"], "nodes left outside the Core AI delegate"
-    load_runtime_backend()
-    actual = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward").execute(list(sample))[0]
+    actual = run_edge(edge, sample)
     torch.testing.assert_close(actual, PooledHead()(*sample))

@@ -12,8 +12,9 @@ import warnings
 
 import pytest
 import torch
+from helpers import run_pte
 
-from coreai_partitioner import ExternalizeSpec, load_runtime_backend, lower
+from coreai_partitioner import ExternalizeSpec, lower
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,6 @@ def test_specs_naming_a_class_the_model_does_not_contain_warn_naming_it():
 
 
 def test_a_plain_cnns_pte_runs_in_executorchs_runtime_and_gives_eagers_outputs():
-    from executorch.runtime import Runtime
 
     from coreai_partitioner.verify.describe import outside_delegates
 
@@ -65,7 +65,6 @@ def test_a_plain_cnns_pte_runs_in_executorchs_runtime_and_gives_eagers_outputs()
     assert not outside_delegates(edge)["forward"], "nodes left outside the Core AI delegate"
     program = edge.to_executorch()
     assert len(program.executorch_program.execution_plan[0].delegates) == 1
-    load_runtime_backend()
-    actual = Runtime.get().load_program(program.buffer).load_method("forward").execute(list(sample))[0]
+    actual = run_pte(program.buffer, sample)[0]
     with torch.no_grad():
         torch.testing.assert_close(actual, model(*sample), rtol=1e-4, atol=1e-5)

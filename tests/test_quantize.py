@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 import torch
 
+from helpers import run_pte
 from requires import require
 
 require("transformers", "hf")
@@ -273,9 +274,8 @@ class _StemCNN(torch.nn.Module):
 
 @pytest.mark.parametrize("scheme, kept, op", [("int4", "stem, body", DECOMPRESS_OP), ("palettize4", "stem", LUT_OP)])
 def test_a_stem_convolution_a_scheme_cannot_store_stays_float_with_a_warning_and_the_pte_runs_as_quantized_eager(scheme, kept, op):
-    from executorch.runtime import Runtime
 
-    from coreai_partitioner import load_runtime_backend, lower
+    from coreai_partitioner import lower
 
     torch.manual_seed(0)
     model, x = _StemCNN().eval(), torch.randn(1, 3, 16, 16)
@@ -288,8 +288,7 @@ def test_a_stem_convolution_a_scheme_cannot_store_stays_float_with_a_warning_and
     compressed = [n for n in held[0].graph.nodes if op in str(n.target)]
     assert len(compressed) == 3 - len(kept.split(", ")), held[0].graph  # every other layer stored compressed
 
-    load_runtime_backend()
-    actual = Runtime.get().load_program(lowered.to_executorch().buffer).load_method("forward").execute([x])[0]
+    actual = run_pte(lowered.to_executorch().buffer, [x])[0]
     with torch.no_grad():
         expected, float_output = held[0](x), model(x)
     torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-4)

@@ -55,7 +55,8 @@ def check(name: str, size: int) -> dict:
     graph = edge.exported_program().graph
     delegates = sum(node.target is executorch_call_delegate for node in graph.nodes if node.op == "call_function")
     tester.to_executorch().serialize()
-    actual = Runtime.get().load_program(tester.get_artifact()).load_method("forward").execute(list(sample))[0]
+    program = Runtime.get().load_program(tester.get_artifact())  # held: a Method does not keep its Program alive
+    actual = program.load_method("forward").execute(list(sample))[0]
     with torch.no_grad():
         expected = model(*sample)
     noise = (expected.double() - actual.double()).pow(2).mean()

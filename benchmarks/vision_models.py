@@ -111,7 +111,8 @@ def measure(name: str, flow: str, runs: int) -> dict:
 
         load_runtime_backend()
     with profile.phase("load in ExecuTorch's runtime"):
-        method = Runtime.get().load_program(pte).load_method("forward")
+        program = Runtime.get().load_program(pte)  # held: a Method does not keep its Program alive
+        method = program.load_method("forward")
     with profile.phase("run"):
         actual = method.execute(list(inputs))[0]
         times = []

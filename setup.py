@@ -34,6 +34,8 @@ setup(
         "coreai_partitioner.vision",
         "coreai_partitioner.vision.families",
         "coreai_partitioner.speech",
+        "coreai_partitioner.seq2seq",
+        "coreai_partitioner.text2text",
         "coreai_partitioner.text_encoder",
         "coreai_partitioner.image_classification",
         "coreai_partitioner.cli",

@@ -110,7 +110,7 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         from coreai_partitioner.speech import export as speech_export
 
         for where, attr, label in (
-            ("coreai_partitioner.speech.export", "export_method", "export + externalize"),
+            ("coreai_partitioner.lowering.methods", "export_method", "export + externalize"),
             ("coreai_partitioner.lowering.whole_program", "lower_whole_programs", "decompose + to_backend"),
             ("coreai_partitioner.backends.apple_coreai.preprocess", "_preprocess_functions", "convert + write the asset"),
         ):

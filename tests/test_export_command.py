@@ -42,7 +42,7 @@ def test_a_text_checkpoint_goes_to_export_llm_and_a_missing_one_is_one_line(tmp_
     [
         ({"architectures": ["BertModel"], "model_type": "bert"}, "model_type 'bert' and architectures BertModel"),
         ({"architectures": ["CLIPModel"], "model_type": "clip", "vision_config": {}}, "model_type 'clip' and architectures CLIPModel"),
-        ({"architectures": ["BertForMaskedLM"]}, "model_type None and architectures BertForMaskedLM"),
+        ({"architectures": ["BertForSequenceClassification"]}, "model_type None and architectures BertForSequenceClassification"),
     ],
 )
 def test_a_checkpoint_of_no_task_exported_here_is_refused_naming_what_it_holds_before_loading_weights(
@@ -72,7 +72,11 @@ def test_speechs_own_task_flag_is_reached_through_the_export_command(tmp_path, c
     assert translate in export.settle(asr, args).rules.prompt
 
 
-@pytest.mark.parametrize("task", ["text-generation", "image-text-to-text", "automatic-speech-recognition"])
+@pytest.mark.parametrize(
+    "task",
+    ["text-generation", "image-text-to-text", "automatic-speech-recognition", "text2text-generation", "fill-mask",
+     "feature-extraction", "image-classification"],
+)
 def test_a_task_defines_none_of_the_flags_the_command_shares_and_takes_the_old_spellings_of_its_own(task):
     import argparse
     import importlib

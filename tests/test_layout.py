@@ -15,13 +15,13 @@ PACKAGE = ROOT / "coreai_partitioner"
 #: The stages in the order a record and a model go through them; a module imports only its own stage and the
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
 STAGES = (
-    "root", "records", "backends", "partition", "quantize", "lowering", "verify", "blocks", "decoder", "llm", "vision",
-    "speech", "text_encoder", "image_classification", "recipes", "cli",
+    "root", "records", "backends", "partition", "quantize", "lowering", "verify", "seq2seq", "blocks", "decoder", "llm",
+    "vision", "speech", "text2text", "text_encoder", "image_classification", "recipes", "cli",
 )
 
 #: A task's own room: what only it exports.  What two tasks share lives in a stage before them (``blocks/``,
 #: ``decoder/``, ``lowering/``), never in one task's room.
-TASK_ROOMS = ("llm", "vision", "speech", "text_encoder", "image_classification")
+TASK_ROOMS = ("llm", "vision", "speech", "text2text", "text_encoder", "image_classification")
 
 
 def modules() -> dict[str, Path]:

@@ -35,14 +35,19 @@ def rc1_environment() -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TARGET), os.environ.get("PYTHONPATH", "")])}
 
 
-@pytest.fixture(scope="module")
-def report() -> dict:
+def rc1_report(script: str, *args: str) -> dict:
+    """The JSON object ``tests/rc1/<script>`` prints last, run with transformers 5.0.0rc1 first on ``sys.path``."""
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "rc1" / "families.py")],
+        [sys.executable, str(ROOT / "tests" / "rc1" / script), *args],
         capture_output=True, text=True, timeout=900, env=rc1_environment(),
     )
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def report() -> dict:
+    return rc1_report("families.py")
 
 
 def test_it_runs_on_transformers_5_0_0rc1(report):
@@ -68,12 +73,7 @@ def test_its_pte_runs_in_executorchs_runtime_and_matches(report):
 
 @pytest.mark.parametrize("recipe", ["coreai", "coreai_device"])
 def test_optimum_executorch_exports_with_the_coreai_recipe_and_generates_hf_greedy_tokens(recipe):
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "rc1" / "optimum_export.py"), recipe],
-        capture_output=True, text=True, timeout=900, env=rc1_environment(),
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = rc1_report("optimum_export.py", recipe)
     assert result["transformers"] == "5.0.0rc1"
     assert {"forward", "get_max_seq_len", "get_eos_ids", "get_bos_id"} <= set(result["methods"])
     assert "prefill" not in result["methods"]  # the device form's forward takes the prompt (bounded T)

@@ -15,7 +15,10 @@ composites where the math is the composite's:
 - :mod:`.block`: :class:`Block`, one layer;
 - :mod:`.encoder`: :class:`EncoderLayer`, an encoder's layer (vision towers, speech encoders): bidirectional
   :class:`EncoderAttention` without a cache (SDPA, not causal), HF's LayerNorms (``layer_norm``), an :class:`MLP`;
-  :class:`PostNormEncoderLayer`, the same parts normalized after each residual sum (BERT-class text encoders).
+  :class:`PostNormEncoderLayer`, the same parts normalized after each residual sum (BERT-class text encoders);
+- :mod:`.cross`: a decoder attending an encoder's output (Whisper, T5): the cross-attention keys and values made
+  once per input (:class:`~.cross.CrossKeysValues`), :class:`~.cross.CrossAttention` (SDPA, not causal), the
+  pre-norm :class:`~.cross.CrossDecoderLayer`, and :class:`~.cross.CrossDecoder`, ``text_decoder`` around them.
 
 Each holds the general math.  A family whose math differs (an output gate,
 soft-capped logits, interleaved experts) subclasses or composes one of these

@@ -6,6 +6,8 @@
 As ``optimum-cli export`` does, the task comes from the checkpoint's
 ``config.json`` (:func:`task_of`): its ``architectures``, then its
 ``model_type``; a checkpoint of another task is refused before any work.
+A checkpoint with sentence-transformers' ``modules.json`` beside its config
+is ``feature-extraction``, whatever its head (:func:`_checkpoint_task`).
 ``--task`` names it outright, and ``--config NAME`` is the task whose tiny
 models have that name.  This module is what every task shares: the common
 flags (:func:`_flags`, one name each), the plan settled before any weights
@@ -41,6 +43,10 @@ TASKS: dict[str, str] = {
     "text-generation": "coreai_partitioner.cli.tasks.text_generation",
     "image-text-to-text": "coreai_partitioner.cli.tasks.image_text_to_text",
     "automatic-speech-recognition": "coreai_partitioner.cli.tasks.automatic_speech_recognition",
+    "fill-mask": "coreai_partitioner.cli.tasks.fill_mask",
+    "feature-extraction": "coreai_partitioner.cli.tasks.feature_extraction",
+    "image-classification": "coreai_partitioner.cli.tasks.image_classification",
+    "text2text-generation": "coreai_partitioner.cli.tasks.text2text_generation",
 }
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -87,6 +93,12 @@ def _flags() -> dict[str, dict[str, Any]]:
         "--no-tokenizer": dict(action="store_true", help="export without the checkpoint's tokenizer"),
         "--generate": dict(metavar="PROMPT", help="continue PROMPT from the written .pte through ExecuTorch's runner"),
         "--new-tokens": dict(type=int, default=16, help="how many tokens --generate (and --chat) add"),
+        "--max-input-len": dict(
+            type=int,
+            help="the longest input the encoder takes, in tokens; T runs from 1 to it (default: the most the checkpoint "
+            "takes)",
+        ),
+        "--max-batch": dict(type=int, default=1, help="the most texts one forward call takes"),
     }
 
 
@@ -120,7 +132,8 @@ class Task(Protocol):
         """The ``--config`` names: its tiny random models."""
 
     def tiny_config(self, name: str) -> Any:
-        """The config of the tiny random model ``name``."""
+        """The config of the tiny random model ``name``.  (A task whose tiny model is not ``MODEL.from_config`` of
+        it, seeded, also gives ``tiny_model(config)``: the model in fp32.)"""
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         """Its own flags."""
@@ -161,6 +174,7 @@ class Plan:
     args: argparse.Namespace
     config: Any
     tokenizer: Any = None  # decoder.tokenizer.Tokenizer, or None (a tiny model's is made); settled after the task's checks
+    runner_tokenizer: bool = True  # ExecuTorch's runner reads the tokenizer (checked first); False: the .pte's caller tokenizes
 
     @property
     def dtype(self) -> torch.dtype:
@@ -241,12 +255,12 @@ def settle(task: Task, args: argparse.Namespace) -> Plan:
             f"give --checkpoint DIR (a local Hugging Face checkpoint) or --config NAME (a tiny random model: "
             f"{', '.join(task.tiny_configs())})"
         )
-    for flag in ("num_layers", "max_context_len", "prefill_chunk", "new_tokens"):
+    for flag in ("num_layers", "max_context_len", "prefill_chunk", "new_tokens", "max_input_len", "max_batch"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise CommandError(f"--{flag.replace('_', '-')} {value}: give at least 1")
     plan = task.settle(args, model_config(task, args))
-    plan.tokenizer = choose_tokenizer(task, args)
+    plan.tokenizer = choose_tokenizer(task, args) if plan.runner_tokenizer else None
     if getattr(args, "generate", None) is not None and args.checkpoint and plan.tokenizer is None:
         raise CommandError("--generate needs a tokenizer, and this export has none")
     return plan
@@ -262,6 +276,41 @@ def model_config(task: Task, args: argparse.Namespace) -> Any:
         what = "no such directory" if not args.checkpoint.is_dir() else "no config.json in it"
         raise CommandError(f"--checkpoint {args.checkpoint}: {what}; give a local Hugging Face checkpoint directory")
     return AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
+
+
+def refuse_other_task(name: str, args: argparse.Namespace, config: Any) -> None:
+    """Refuse a ``--checkpoint`` whose config (or files beside it: :func:`_task_of_files`) is another task's than
+    ``name`` (``--task`` named it), with the command that picks its own."""
+    if not args.checkpoint:
+        return
+    try:
+        found = _task_of_files(args.checkpoint) or task_of(config.to_dict(), str(args.checkpoint / "config.json"))
+    except UnknownTask as error:
+        raise CommandError(str(error)) from None
+    if found != name:
+        raise CommandError(
+            f"--checkpoint {args.checkpoint} is a {found} checkpoint, not {name}; export it with "
+            f"`python -m coreai_partitioner export --checkpoint {args.checkpoint}` (which picks its task)"
+        )
+
+
+def checkpoint_generation(checkpoint: Path, config: Any) -> Any:
+    """The checkpoint's ``GenerationConfig``, or its model config's where it has no ``generation_config.json``."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(checkpoint, local_files_only=True)
+    except OSError:
+        return GenerationConfig.from_model_config(config)
+
+
+def host_form_only(name: str, args: argparse.Namespace) -> None:
+    """Refuse ``--target device`` for a task this package exports in the host form only."""
+    if args.target != "host":
+        raise CommandError(
+            f"--target {args.target}: {name} exports the host form only, for this package's runtime (there is no "
+            "device form of it); leave out --target"
+        )
 
 
 def first_layers(config: Any, args: argparse.Namespace) -> Any:
@@ -283,10 +332,10 @@ def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
 
     if not args.checkpoint or getattr(args, "no_tokenizer", False):
         return None
-    found = tokenizer.find(args.checkpoint)
+    found = tokenizer.choose(args.checkpoint)
     if found is not None:
-        return tokenizer.check(found)
-    missing = f"{args.checkpoint} has no tokenizer (tokenizer.json, tokenizer.model, *.tiktoken)"
+        return found
+    missing = f"{args.checkpoint} has no tokenizer (tokenizer.json, tokenizer.model, spiece.model, *.tiktoken)"
     if "--no-tokenizer" not in task.FLAGS:
         raise CommandError(f"{missing}; {task.RUNNER} needs one: give the checkpoint its tokenizer")
     warnings.warn(
@@ -348,7 +397,10 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
         ).eval()
     else:
         torch.manual_seed(0)
-        model = auto.from_config(plan.config, dtype=torch.float32, attn_implementation="eager").eval()
+        if hasattr(task, "tiny_model"):  # a task whose random init is not its tiny model's
+            model = task.tiny_model(plan.config)
+        else:
+            model = auto.from_config(plan.config, dtype=torch.float32, attn_implementation="eager").eval()
         if dtype != torch.float32:
             cast = auto.from_config(plan.config, dtype=dtype, attn_implementation="eager").eval()
             cast.load_state_dict(model.state_dict())
@@ -394,6 +446,18 @@ def export(task: Task, plan: Plan, partial: Path) -> None:
     print(f"wrote {args.out}" + (f" and {', '.join(p.name for p in written)}" if written else " (nothing beside it)"))
 
 
+def eager_at_dtype(plan: Plan, verified: Any, forward: Any, phases: Phases) -> Any:
+    """Under ``--verify`` at a dtype other than fp32, ``forward`` (the model at it) on the reference's inputs: what a
+    ``.pte`` called once must compute (:mod:`coreai_partitioner.verify.forward`); ``None`` otherwise (the fp32
+    reference is its eager model's)."""
+    if verified is None or plan.dtype == torch.float32:
+        return None
+    from coreai_partitioner.verify.forward import outputs
+
+    with phases(f"reference ({plan.args.dtype})"):
+        return outputs(forward, verified.inputs, plan.dtype)
+
+
 def verify_pte(task: Task, plan: Plan, pte: Path, verified: Any, eager: Any) -> None:
     """Print the ``.pte``'s report; a ``.pte`` that falls short of the eager model it was lowered from is not kept."""
     start = time.perf_counter()
@@ -424,6 +488,9 @@ _HEADS = (
     ("ForSpeechSeq2Seq", "automatic-speech-recognition"),
     ("ForImageTextToText", "image-text-to-text"),
     ("ForCausalLM", "text-generation"),
+    ("ForMaskedLM", "fill-mask"),
+    ("ForImageClassification", "image-classification"),
+    ("ForImageClassificationWithTeacher", "image-classification"),
 )
 
 #: What :func:`task_of` takes for each task, in an error's words.
@@ -431,6 +498,10 @@ _TAKES = {
     "text-generation": "a *ForCausalLM or an LLM family's model_type",
     "image-text-to-text": "a *ForImageTextToText, or a *ForConditionalGeneration with a vision_config, or a VLM family's model_type",
     "automatic-speech-recognition": "Whisper",
+    "fill-mask": "a *ForMaskedLM: bert, roberta, distilbert",
+    "feature-extraction": "a sentence-transformers checkpoint: modules.json beside config.json",
+    "image-classification": "a *ForImageClassification",
+    "text2text-generation": "T5 and Flan-T5, a T5ForConditionalGeneration",
 }
 
 
@@ -441,6 +512,8 @@ def _task_of_model_type(model_type: str) -> str | None:
 
     if model_type == "whisper":
         return "automatic-speech-recognition"
+    if model_type == "t5":
+        return "text2text-generation"
     if model_type in vision_families.supported():
         return "image-text-to-text"
     if model_type in text_families.supported():
@@ -453,9 +526,12 @@ def task_of(config: dict[str, Any], where: str = "config.json") -> str:
 
     ``architectures`` decides when it names a head (``WhisperForConditionalGeneration`` is speech
     recognition, ``*ForImageTextToText`` and a ``*ForConditionalGeneration`` with a ``vision_config``
-    image-text-to-text, ``*ForCausalLM`` text generation); otherwise the ``model_type`` does, when a
-    family of this package adapts it.  Anything else (``BertModel``) is refused, naming what the config
-    holds and the tasks this command exports.
+    image-text-to-text, a T5's ``*ForConditionalGeneration`` text-to-text generation, ``*ForCausalLM``
+    text generation, ``*ForMaskedLM`` fill-mask, ``*ForImageClassification`` image classification);
+    otherwise the ``model_type`` does, when a family of this package adapts it.  Anything else
+    (``BertModel``) is refused, naming what the config holds and the tasks this command exports.  (A
+    sentence-transformers checkpoint is ``feature-extraction`` by its ``modules.json``, a file beside the
+    config: :func:`_checkpoint_task`.)
     """
     architectures = config.get("architectures") or []
     model_type = config.get("model_type")
@@ -464,6 +540,8 @@ def task_of(config: dict[str, Any], where: str = "config.json") -> str:
             return "automatic-speech-recognition"
         if architecture.endswith("ForConditionalGeneration") and "vision_config" in config:
             return "image-text-to-text"
+        if architecture.endswith("ForConditionalGeneration") and model_type == "t5":
+            return "text2text-generation"
         for suffix, task in _HEADS:
             if architecture.endswith(suffix):
                 return task
@@ -475,11 +553,32 @@ def task_of(config: dict[str, Any], where: str = "config.json") -> str:
         takes = "; ".join(f"{name} ({what})" for name, what in _TAKES.items())
         raise UnknownTask(
             f"{where} has model_type {model_type!r} and {found}: not a task this command exports, which are {takes}"
+            + _bare_encoder(model_type)
         )
     return task
 
 
+def _task_of_files(checkpoint: Path) -> str | None:
+    """The task a checkpoint's files beside ``config.json`` say, or ``None``: sentence-transformers' ``modules.json``
+    is ``feature-extraction``, whatever the config's head."""
+    return "feature-extraction" if (checkpoint / "modules.json").is_file() else None
+
+
+def _bare_encoder(model_type: str | None) -> str:
+    """How a bare text encoder's checkpoint is exported (a sentence to end the refusal with), or ``""``."""
+    from coreai_partitioner.text_encoder import supported
+
+    if model_type not in supported():
+        return ""
+    return (
+        f". A bare {model_type} encoder exports as feature-extraction from a sentence-transformers checkpoint "
+        "(modules.json beside config.json says its pooling) or as fill-mask from a *ForMaskedLM checkpoint"
+    )
+
+
 def _checkpoint_task(checkpoint: Path) -> str:
+    """The task of a checkpoint directory: what its files beside ``config.json`` say (:func:`_task_of_files`), else
+    :func:`task_of` its config."""
     path = checkpoint / "config.json"
     if not path.is_file():
         what = "no such directory" if not checkpoint.is_dir() else "no config.json in it"
@@ -488,7 +587,7 @@ def _checkpoint_task(checkpoint: Path) -> str:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise UnknownTask(f"{path}: not JSON ({error})") from None
-    return task_of(config, str(path))
+    return _task_of_files(checkpoint) or task_of(config, str(path))
 
 
 def _config_task(name: str) -> str:

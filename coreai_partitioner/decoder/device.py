@@ -179,6 +179,29 @@ class DeviceDecoder(nn.Module):
         return self.decoder.run(tokens.to(torch.int32), step)
 
 
+class DeviceTextDecoder(nn.Module):
+    """``text_decoder(ids [1, 1] int64, cross, cache_position [1] int64) -> logits`` of an encoder-decoder's text
+    decoder (speech's, text2text's: a ``run(ids, positions, cross, step)``), device form.
+
+    The same step as :class:`DeviceDecoder`'s: the caches ExecuTorch's, the
+    call's rows written outside the delegate at ``cache_position``, unwritten
+    slots read as zeros; the ids and positions cross as fp32 and are cast to
+    int32 inside for the embedding and position gathers
+    (:mod:`coreai_partitioner.speech.device` tells the whole of it).
+    """
+
+    def __init__(self, decoder: nn.Module) -> None:
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, ids: torch.Tensor, cross: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
+        with outside_delegate():
+            ids = ids.to(torch.float32)
+            positions = cache_position.to(torch.float32)
+        step = DeviceStep(self.decoder, positions, cache_position)
+        return self.decoder.run(ids.to(torch.int32), positions.to(torch.int32), cross, step)
+
+
 class UnsupportedDevice(ValueError):
     """A model or shape the device form cannot take; names it and the fix."""
 

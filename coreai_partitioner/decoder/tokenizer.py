@@ -4,10 +4,13 @@ ExecuTorch's runner (``extension/llm/runner``, ``load_tokenizer``) tries a
 file as a Hugging Face ``tokenizer.json`` (BPE models), then tiktoken, then
 SentencePiece, then llama2c, with the ``pytorch_tokenizers`` C++ classes
 the Python package binds.  :func:`find` picks what a checkpoint has
-(``tokenizer.json`` first, then ``tokenizer.model`` or a ``*.tiktoken``
-file) and :func:`check` loads it with the same classes in the same order,
-so a tokenizer the runner cannot read is refused before any export work,
-with what the loader said.  :func:`copy` writes it beside the ``.pte`` with
+(``tokenizer.json`` first, then ``tokenizer.model``, T5's ``spiece.model`` or a
+``*.tiktoken`` file) and :func:`check` loads it with the same classes in the
+same order, so a tokenizer the runner cannot read is refused before any
+export work, with what the loader said; :func:`choose` takes the first of a
+checkpoint's files the runner reads (T5's ``tokenizer.json`` is a Unigram
+model its Hugging Face loader does not read; its ``spiece.model`` is
+SentencePiece, which it does).  :func:`copy` writes it beside the ``.pte`` with
 ``tokenizer_config.json`` and the chat template.
 """
 
@@ -20,8 +23,8 @@ from pathlib import Path
 
 from coreai_partitioner.console import NativeStreams
 
-#: Tokenizer files by preference, as a checkpoint names them.
-CANDIDATES = ("tokenizer.json", "tokenizer.model")
+#: Tokenizer files by preference, as a checkpoint names them (``spiece.model``: T5's SentencePiece model).
+CANDIDATES = ("tokenizer.json", "tokenizer.model", "spiece.model")
 #: Files beside the tokenizer: special tokens, BOS/EOS (the runner's loaders read them) and the chat template a
 #: deployer's app renders a conversation with (transformers 5 writes it as chat_template.jinja).
 COMPANIONS = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json")
@@ -42,14 +45,30 @@ class Tokenizer:
         return f"{self.path.name} ({self.kind})"
 
 
+def found(checkpoint: str | os.PathLike) -> list[Path]:
+    """The tokenizer files of a checkpoint directory, by preference: :data:`CANDIDATES`, then ``*.tiktoken`` files."""
+    directory = Path(checkpoint)
+    return [directory / name for name in CANDIDATES if (directory / name).is_file()] + sorted(directory.glob("*.tiktoken"))
+
+
 def find(checkpoint: str | os.PathLike) -> Path | None:
     """The tokenizer file of a checkpoint directory, or ``None`` if it has none."""
-    directory = Path(checkpoint)
-    for name in CANDIDATES:
-        if (directory / name).is_file():
-            return directory / name
-    tiktoken = sorted(directory.glob("*.tiktoken"))
-    return tiktoken[0] if tiktoken else None
+    files = found(checkpoint)
+    return files[0] if files else None
+
+
+def choose(checkpoint: str | os.PathLike) -> Tokenizer | None:
+    """The first of a checkpoint's tokenizer files (:func:`found`) ExecuTorch's runner loads, checked; ``None`` when
+    it has none; the first file's :class:`TokenizerError` when the runner loads none of them."""
+    refused = None
+    for path in found(checkpoint):
+        try:
+            return check(path)
+        except TokenizerError as error:
+            refused = refused or error
+    if refused is not None:
+        raise refused
+    return None
 
 
 def runner_loaders() -> list[tuple[str, type]]:

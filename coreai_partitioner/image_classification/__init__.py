@@ -13,6 +13,8 @@ The road of a checkpoint:
 2. **Lower** (:func:`lower_image_classifier`): one image of the
    checkpoint's size, as optimum exports it.
 3. **Beside it** (:func:`write_image_processor`): ``preprocessor_config.json``.
+
+:mod:`.tiny` makes tiny random ViT and DeiT classifiers and their processor.
 """
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
@@ -20,6 +22,7 @@ from coreai_partitioner.image_classification.export import (
     PROCESSOR_FILE,
     Logits,
     adapted,
+    input_shape,
     lower_image_classifier,
     sample_of,
     write_image_processor,
@@ -35,6 +38,7 @@ __all__ = [
     "adapt",
     "adapted",
     "image_size",
+    "input_shape",
     "lower_image_classifier",
     "sample_of",
     "write_image_processor",

@@ -44,12 +44,16 @@ class Logits(nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
-def sample_of(model: nn.Module) -> torch.Tensor:
-    """One image of the size the checkpoint takes (``config.image_size``, ``config.num_channels``, default 224 and 3)."""
-    config = model.config
+def input_shape(config: Any) -> tuple[int, int, int]:
+    """``(channels, height, width)`` of the image a classifier of ``config`` takes (``config.num_channels``,
+    ``config.image_size``, default 3 and 224)."""
     height, width = image_size(config) if hasattr(config, "image_size") else (224, 224)
-    dtype = next(model.parameters()).dtype
-    return torch.zeros(1, getattr(config, "num_channels", 3), height, width, dtype=dtype)
+    return getattr(config, "num_channels", 3), height, width
+
+
+def sample_of(model: nn.Module) -> torch.Tensor:
+    """One image of the size the checkpoint takes (:func:`input_shape`), at the model's dtype."""
+    return torch.zeros(1, *input_shape(model.config), dtype=next(model.parameters()).dtype)
 
 
 def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None = None, **partitioner_options: Any):

@@ -7,10 +7,14 @@ one asset (``share_asset``: each weight stored once in the ``.pte``), lowers
 them together (:func:`~.whole_program.lower_whole_programs`) with the task's
 constant methods, and, for the form upstream's on-device runtime runs, relabels
 the delegates and holds them to that runtime's contract (:mod:`.device`).
+:func:`lower_method_modules` is the whole road for a task whose methods are
+modules: each exported (:func:`export_method`), then :func:`lower_methods`.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,8 +23,10 @@ from torch.export import ExportedProgram
 
 from coreai_partitioner import _compat
 from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
-from coreai_partitioner.lowering.whole_program import lower_whole_programs
+from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
+
+logger = logging.getLogger(__name__)
 
 #: Partitioner options :func:`lower_methods` sets itself: one inline asset, a function per method, and the caches
 #: as delegate state (host form) or as ExecuTorch's mutable buffers (device form).
@@ -72,4 +78,54 @@ def lower_methods(
     if device:
         relabel_backend(edge)
         check_delegates(edge, bounded=bounded)
+    return edge
+
+
+def export_method(module: torch.nn.Module, sample: Sequence[torch.Tensor], decompositions: dict, dynamic_shapes: Any = None):
+    """``module`` exported to functional ATen IR with its composites externalized (the export road every task
+    takes, :func:`~coreai_partitioner.lowering.lower.export_with_composites`); ``(program, records)``.
+
+    The trace keeps the boundaries the model marks
+    (:func:`~coreai_partitioner.partition.boundaries.outside_delegate`: the
+    cross-attention split, the device form's cache writes).
+    """
+    from coreai_partitioner.lowering.lower import export_with_composites
+
+    with torch.no_grad():
+        return export_with_composites(
+            module, sample, dynamic_shapes=dynamic_shapes, decompositions=decompositions, annotations=True
+        )
+
+
+def lower_method_modules(
+    modules: Mapping[str, torch.nn.Module],
+    samples: Mapping[str, Sequence[torch.Tensor]],
+    *,
+    device: bool,
+    constant_methods: Mapping[str, Any],
+    dynamic_shapes: Mapping[str, Any] | None = None,
+    bounded: int | None = None,
+    phases: dict[str, float] | None = None,
+    **partitioner_options: Any,
+):
+    """Each of ``modules`` (by method) exported on its ``samples`` (:func:`export_method`, with its
+    ``dynamic_shapes`` where given), all lowered by :func:`lower_methods` (``device``, ``constant_methods``,
+    ``bounded`` and ``partitioner_options`` are its); the ``EdgeProgramManager``.
+
+    ``phases``, when given, receives the seconds of each phase (``export <method>``, ``lower``).
+    """
+    phases = phases if phases is not None else {}
+    dynamic_shapes = dynamic_shapes or {}
+
+    def exported():
+        table = decomposition_table()
+        for method, module in modules.items():
+            started = time.perf_counter()
+            yield method, export_method(module, samples[method], table, dynamic_shapes.get(method))
+            phases[f"export {method}"] = time.perf_counter() - started
+            logger.info("%s: exported in %.1f s", method, phases[f"export {method}"])
+
+    started = time.perf_counter()
+    edge = lower_methods(exported(), device=device, constant_methods=constant_methods, bounded=bounded, **partitioner_options)
+    phases["lower"] = time.perf_counter() - started - sum(phases[f"export {method}"] for method in modules)
     return edge

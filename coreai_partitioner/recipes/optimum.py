@@ -37,7 +37,12 @@ and a ViT or DeiT with :mod:`coreai_partitioner.image_classification`
 (``forward(input_ids, attention_mask)`` and ``forward(pixel_values)``, what
 ``ExecuTorchModelForMaskedLM`` and ``ExecuTorchModelForImageClassification``
 call), and lowers any other model of those tasks whole, as the XNNPACK
-recipe lowers optimum's program.
+recipe lowers optimum's program.  Its ``text2text-generation`` task hands
+over a ``Seq2SeqLMExportableModule``: ``coreai`` exports a T5 or Flan-T5 with
+:mod:`coreai_partitioner.text2text` (``encoder(input_ids)`` with ``T`` up to
+optimum's ``max_hidden_seq_len``, ``text_decoder(ids, encoder output,
+cache_position)`` over a cache of its ``max_seq_len``, what
+``ExecuTorchModelForSeq2SeqLM`` calls).
 """
 
 from __future__ import annotations
@@ -80,6 +85,8 @@ def export(
     encoder_task = _encoder_task(model)
     if encoder_task is not None:
         return {"model": _export_encoder(hf_model, encoder_task, quantize, target, metadata).to_executorch()}
+    if _is_seq2seq(model):
+        return {"model": _export_text2text(model, hf_model, quantize, target, metadata).to_executorch()}
     vision_model = getattr(hf_model.config, "vision_config", None) is not None
     # optimum's image-text-to-text loader sizes its cache by max_length (its generation config), not max_seq_len.
     context = int(metadata.get("get_max_seq_len") or (vision_model and hf_model.generation_config.max_length) or 2048)
@@ -106,6 +113,29 @@ def _encoder_task(model: Any) -> str | None:
     if isinstance(model, VisionEncoderExportableModule):
         return "image-classification"
     return None
+
+
+def _is_seq2seq(model: Any) -> bool:
+    """Whether optimum hands over its ``text2text-generation`` (or speech) exportable module."""
+    from optimum.exporters.executorch.integrations import Seq2SeqLMExportableModule
+
+    return isinstance(model, Seq2SeqLMExportableModule)
+
+
+def _export_text2text(model: Any, hf_model: Any, quantize: str | None, target: str, metadata: dict[str, Any]) -> Any:
+    """optimum's ``text2text-generation`` model by :func:`coreai_partitioner.text2text.lower_text2text`: its cache
+    ``max_seq_len`` slots, its inputs up to ``max_hidden_seq_len`` tokens, optimum's metadata kept beside ours."""
+    from coreai_partitioner import text2text
+
+    if quantize is not None:
+        raise ValueError(
+            f"{hf_model.config.model_type} text2text-generation: the coreai recipes export it unquantized; use "
+            "recipe='coreai', 'coreai_fp16' or 'coreai_device'"
+        )
+    return text2text.lower_text2text(
+        hf_model, target=target, max_decode_len=model.max_seq_len, max_input_len=model.max_hidden_seq_len,
+        metadata=_constants(metadata),
+    )
 
 
 def _constants(metadata: dict[str, Any]) -> dict[str, Any]:

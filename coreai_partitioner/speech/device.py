@@ -21,27 +21,13 @@ is the same in both forms.  ``text_decoder`` changes where things live:
   the program casts its int64 ``ids`` and ``cache_position`` before the
   delegate; the delegate casts them to int32 for the embedding and position
   gathers, so both tables stay inside with one copy of their weights.
+
+The module is :class:`~coreai_partitioner.decoder.device.DeviceTextDecoder`,
+beside the LLM's device form: text2text's ``text_decoder`` takes the same.
 """
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from coreai_partitioner.decoder.device import DeviceTextDecoder
 
-from coreai_partitioner.decoder.device import DeviceStep
-from coreai_partitioner.partition.boundaries import outside_delegate
-
-
-class DeviceTextDecoder(nn.Module):
-    """``text_decoder(ids [1, 1] int64, cross, cache_position [1] int64) -> logits``, device form."""
-
-    def __init__(self, decoder: nn.Module) -> None:
-        super().__init__()
-        self.decoder = decoder
-
-    def forward(self, ids: torch.Tensor, cross: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
-        with outside_delegate():
-            ids = ids.to(torch.float32)
-            positions = cache_position.to(torch.float32)
-        step = DeviceStep(self.decoder, positions, cache_position)
-        return self.decoder.run(ids.to(torch.int32), positions.to(torch.int32), cross, step)
+__all__ = ["DeviceTextDecoder"]

@@ -12,16 +12,12 @@ form upstream's on-device runtime takes (:mod:`.device`).
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import Any
 
 import torch
 from torch import nn
 
 from coreai_partitioner.speech.whisper import FRAMES, Speech, adapt
-
-logger = logging.getLogger(__name__)
 
 #: What a lowered speech model is for, as the LLM's targets: this package's host runtime, or upstream's device runtime.
 TARGETS = ("host", "device")
@@ -66,21 +62,6 @@ def runner_metadata(model: nn.Module, speech: Speech) -> dict[str, Any]:
     }
 
 
-def export_method(module: nn.Module, sample: tuple[torch.Tensor, ...], decompositions: dict):
-    """``module`` exported to functional ATen IR with its composites externalized (the export road every task
-    takes, :func:`~coreai_partitioner.lowering.lower.export_with_composites`); ``(program, records)``.
-
-    The trace keeps the boundaries the model marks
-    (:func:`~coreai_partitioner.partition.boundaries.outside_delegate`: the
-    cross-attention split, the device form's cache writes).
-    """
-    from coreai_partitioner.lowering.lower import export_with_composites
-
-    with torch.no_grad():
-        program, records = export_with_composites(module, sample, decompositions=decompositions, annotations=True)
-    return program, records
-
-
 def lower_speech(
     model: nn.Module,
     *,
@@ -98,26 +79,15 @@ def lower_speech(
     receives the seconds of each phase (``export encoder``, ``export
     text_decoder``, ``lower``).
     """
-    from coreai_partitioner.lowering.methods import lower_methods
-    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.lowering.methods import lower_method_modules
     from coreai_partitioner.speech.device import DeviceTextDecoder
 
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
     speech = speech if speech is not None else adapt(model, max_decode_len)
-    phases = phases if phases is not None else {}
     device = target == "device"
     modules = {"encoder": speech.encoder, "text_decoder": DeviceTextDecoder(speech.decoder) if device else speech.decoder}
-
-    def exported():
-        table = decomposition_table()
-        for method, sample in samples(speech).items():
-            started = time.perf_counter()
-            yield method, export_method(modules[method], sample, table)
-            phases[f"export {method}"] = time.perf_counter() - started
-            logger.info("%s: exported in %.1f s", method, phases[f"export {method}"])
-
-    started = time.perf_counter()
-    edge = lower_methods(exported(), device=device, constant_methods=runner_metadata(model, speech), **partitioner_options)
-    phases["lower"] = time.perf_counter() - started - sum(phases[f"export {method}"] for method in METHODS)
-    return edge
+    return lower_method_modules(
+        modules, samples(speech), device=device, constant_methods=runner_metadata(model, speech), phases=phases,
+        **partitioner_options,
+    )

@@ -15,7 +15,8 @@ method of the ``.pte``:
   [1] int64) -> logits [1, 1, vocab]``.  The token and position embeddings,
   pre-norm layers (self-attention over a static cache,
   :class:`~coreai_partitioner.blocks.Attention` without RoPE; attention to
-  ``cross`` through the SDPA composite, :class:`CrossAttention`; the MLP),
+  ``cross`` through the SDPA composite, :class:`~coreai_partitioner.blocks.cross.CrossAttention`;
+  the MLP: :class:`~coreai_partitioner.blocks.cross.CrossDecoderLayer`),
   the final LayerNorm and the output projection, which is the token
   embedding (tied: one copy).
 
@@ -32,7 +33,7 @@ encoder's output is ``2 * layers`` times the size of its hidden states (37 MB
 for Whisper base in fp32), which every ``text_decoder`` call takes as an
 input (both runtimes pass it without a copy; the program cuts it into each
 layer's keys and values outside the delegate, a memcpy, where Core AI on
-Linux copied each slice element by element: :meth:`TextDecoder.split_cross`).
+Linux copied each slice element by element: :func:`~coreai_partitioner.blocks.cross.split_cross`).
 """
 
 from __future__ import annotations
@@ -41,12 +42,11 @@ import weakref
 from dataclasses import dataclass
 
 import torch
-from coreai_torch.composite_ops import SDPA
 from torch import nn
 
 from coreai_partitioner.blocks import MLP, Attention, AttentionShape, EncoderAttention, EncoderLayer, Step
+from coreai_partitioner.blocks.cross import CrossAttention, CrossDecoder, CrossDecoderLayer, CrossKeysValues, cross_of, decode_layers, output_logits
 from coreai_partitioner.blocks.errors import UnsupportedConfig
-from coreai_partitioner.partition.boundaries import outside_delegate
 
 #: The mel frames of one 30 s window, what ``encoder`` takes (the ASR runner's ``[1, n_mels, 3000]``).
 FRAMES = 3000
@@ -54,60 +54,6 @@ FRAMES = 3000
 
 class UnsupportedSpeechModel(ValueError):
     """A model this room does not export; names what it is and what it takes."""
-
-
-def heads_of(t: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
-    """``[B, T, heads * head_dim]`` as ``[B, heads, T, head_dim]``."""
-    return t.view(t.shape[0], t.shape[1], heads, head_dim).transpose(1, 2)
-
-
-class CrossKeysValues(nn.Module):
-    """A decoder layer's cross-attention key and value projections (Whisper's ``encoder_attn.k_proj``, ``v_proj``),
-    which run in ``encoder``, once per utterance."""
-
-    def __init__(self, heads: int, head_dim: int, *, k: nn.Module, v: nn.Module) -> None:
-        super().__init__()
-        self.heads, self.head_dim = heads, head_dim
-        self.k, self.v = k, v
-
-    def forward(self, states: torch.Tensor) -> torch.Tensor:
-        """The keys then the values of ``states`` [1, frames, d] as heads: ``[1, 2 * heads, frames, head_dim]``."""
-        keys, values = heads_of(self.k(states), self.heads, self.head_dim), heads_of(self.v(states), self.heads, self.head_dim)
-        return torch.cat([keys, values], dim=1)
-
-
-class CrossAttention(nn.Module):
-    """Attention of the decoder's tokens to the utterance (the rest of Whisper's ``encoder_attn``): the query
-    projection, the SDPA composite over the keys and values ``encoder`` gave (not causal, no mask: every token
-    attends every frame), the output projection."""
-
-    def __init__(self, path: str, heads: int, head_dim: int, *, q: nn.Module, o: nn.Module, scale: float) -> None:
-        super().__init__()
-        self.path = path
-        self.heads, self.head_dim = heads, head_dim
-        self.q, self.o = q, o
-        self.sdpa = SDPA(scale=float(scale), is_causal=False)
-
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        q = heads_of(self.q(x), self.heads, self.head_dim)
-        out = self.sdpa(q, keys.to(q.dtype), values.to(q.dtype))
-        return self.o(out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1))
-
-
-class DecoderLayer(nn.Module):
-    """Whisper's decoder layer: ``h = x + self_attn(norm1(x))``, ``h + cross(norm2(h))``, then ``h + mlp(norm3(h))``."""
-
-    def __init__(
-        self, attention: Attention, cross: CrossAttention, mlp: MLP, *, norm1: nn.Module, norm2: nn.Module, norm3: nn.Module
-    ) -> None:
-        super().__init__()
-        self.attention, self.cross, self.mlp = attention, cross, mlp
-        self.norm1, self.norm2, self.norm3 = norm1, norm2, norm3
-
-    def forward(self, x: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, step: Step) -> torch.Tensor:
-        h = x + self.attention(self.norm1(x), step)
-        h = h + self.cross(self.norm2(h), keys, values)
-        return h + self.mlp(self.norm3(h))
 
 
 class SpeechEncoder(nn.Module):
@@ -144,74 +90,30 @@ class SpeechEncoder(nn.Module):
         return self.norm(x)
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        states = self.hidden(features)
-        return torch.cat([cross(states) for cross in self.cross], dim=1).to(self.cross_dtype)
+        return cross_of(self.cross, self.hidden(features), self.cross_dtype)
 
 
-class TextDecoder(nn.Module):
-    """``text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, vocab]``, one token a call.
-
-    The self-attention caches are buffers of its :class:`~coreai_partitioner.blocks.Attention`
-    modules, ``max_decode_len`` slots each; the host form lowers them as the
-    delegate's state, the device form (:mod:`.device`) keeps them ExecuTorch's.
-    """
+class TextDecoder(CrossDecoder):
+    """``text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, vocab]``, one token a call (see the
+    module): the token and position embeddings, the layers, the tied output projection."""
 
     def __init__(
         self,
         *,
         embed: nn.Embedding,
         positions: nn.Parameter,
-        layers: list[DecoderLayer],
+        layers: list[CrossDecoderLayer],
         norm: nn.Module,
         max_decode_len: int,
     ) -> None:
-        super().__init__()
+        super().__init__(layers, norm, max_decode_len)
         self.embed = embed
         self.positions = positions
-        self.layers = nn.ModuleList(layers)
-        self.norm = norm
-        self.max_decode_len = max_decode_len
-        #: Read by :class:`~coreai_partitioner.blocks.Step`: no RoPE, no sliding windows.
-        self.rope_tables = nn.ModuleDict()
-        self.context = max_decode_len
-
-    @property
-    def heads(self) -> int:
-        return self.layers[0].cross.heads
-
-    def forward(self, ids: torch.Tensor, cross: torch.Tensor, cache_position: torch.Tensor) -> torch.Tensor:
-        return self.run(ids, cache_position, cross, Step(self, cache_position))
 
     def run(self, ids: torch.Tensor, positions: torch.Tensor, cross: torch.Tensor, step: Step) -> torch.Tensor:
         """The logits of ``ids`` [1, T] at ``positions`` (indices into the position table), caches the ``step``'s way."""
-        hidden = self.embed(ids) + self.positions[positions].unsqueeze(0)
-        step.dtype = hidden.dtype
-        with outside_delegate():  # see split_cross
-            parts = self.split_cross(cross)
-        for index, layer in enumerate(self.layers):
-            hidden = layer(hidden, parts[2 * index], parts[2 * index + 1], step)
-        step.finish()
-        return self.logits(self.norm(hidden))
-
-    def split_cross(self, cross: torch.Tensor) -> list[torch.Tensor]:
-        """Each layer's keys, then values, ``[1, heads, frames, head_dim]`` each, out of ``encoder``'s one output.
-
-        Traced outside the delegate: ExecuTorch's copies of these contiguous
-        blocks cost a memcpy, where Core AI on Linux copies each slice element
-        by element (for Whisper base, 37 MB a call, a third of its time).
-        """
-        per_layer = cross.view(2 * len(self.layers), 1, self.heads, cross.shape[2], cross.shape[3])
-        return [per_layer[i] for i in range(per_layer.shape[0])]
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``hidden`` [1, T, d] through the output projection, which is the token embedding (tied: one copy).
-
-        ``embedding @ hidden^T``, transposed back: ``linear(hidden, embedding)``
-        would transpose the ``[vocab, d]`` table, which Core AI materializes on
-        every call.  The result in the default dim order (the device form's runtime requires it).
-        """
-        logits = torch.matmul(self.embed.weight, hidden[0].transpose(0, 1)).transpose(0, 1).unsqueeze(0)
-        return logits.clone(memory_format=torch.contiguous_format)
+        hidden = decode_layers(self.layers, self.embed(ids) + self.positions[positions].unsqueeze(0), cross, step)
+        return output_logits(self.embed.weight, self.norm(hidden))  # the token embedding: tied, one copy
 
 
 @dataclass
@@ -330,7 +232,7 @@ def adapt(model: nn.Module, max_decode_len: int | None = None) -> Speech:
         cross = CrossAttention(f"decoder.layers.{i}.encoder_attn", c.num_heads, c.head_dim, q=c.q_proj, o=c.out_proj, scale=c.scaling)
         crosses.append(CrossKeysValues(c.num_heads, c.head_dim, k=c.k_proj, v=c.v_proj))
         mlp = MLP(config.activation_function, fc1=hf.fc1, fc2=hf.fc2)
-        layers.append(DecoderLayer(attention, cross, mlp, norm1=hf.self_attn_layer_norm, norm2=hf.encoder_attn_layer_norm,
+        layers.append(CrossDecoderLayer(attention, cross, mlp, norm1=hf.self_attn_layer_norm, norm2=hf.encoder_attn_layer_norm,
                                    norm3=hf.final_layer_norm))
     speech_encoder = SpeechEncoder(
         conv1=encoder.conv1, conv2=encoder.conv2, positions=encoder.embed_positions.weight,

@@ -18,7 +18,11 @@ The road of a checkpoint:
    attention_mask [B, T])``, optimum-executorch's method name and inputs,
    ``T`` dynamic up to the positions the checkpoint numbers (or its
    ``max_seq_length``); one Core AI delegate.
-3. **Beside it** (:func:`write_tokenizer`): the tokenizer's files.
+3. **Beside it** (:func:`write_tokenizer`): the tokenizer's files (and
+   :func:`sentence_files`, the sentence-transformers files that say the pooling).
+
+:mod:`.tiny` makes tiny random models of each type for both tasks;
+:mod:`.check` is what ``export --verify`` feeds a ``.pte`` and compares it with.
 
 Other types fit the same families and are left out only untested:
 XLM-RoBERTa and CamemBERT are RoBERTa's modules under another name
@@ -32,14 +36,25 @@ as they are.
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without coreai-torch's false version warning
 from coreai_partitioner.text_encoder.errors import UnsupportedSentenceModel, UnsupportedTextEncoder
-from coreai_partitioner.text_encoder.export import TASKS, adapt, lower_text_encoder, max_seq_len_of, write_tokenizer
+from coreai_partitioner.text_encoder.export import (
+    LEAST_BOUND,
+    TASKS,
+    TOKENIZER_FILES,
+    adapt,
+    lower_text_encoder,
+    max_seq_len_of,
+    tokenizer_files,
+    write_tokenizer,
+)
 from coreai_partitioner.text_encoder.families import family_of, supported
 from coreai_partitioner.text_encoder.model import MaskedLM, SentenceEmbedding, TextEncoder, TokenEmbeddings
-from coreai_partitioner.text_encoder.pooling import MODES, Pooling, SentenceConfig, read_sentence_config
+from coreai_partitioner.text_encoder.pooling import MODES, Pooling, SentenceConfig, read_sentence_config, sentence_files
 
 __all__ = [
+    "LEAST_BOUND",
     "MODES",
     "TASKS",
+    "TOKENIZER_FILES",
     "MaskedLM",
     "Pooling",
     "SentenceConfig",
@@ -53,6 +68,8 @@ __all__ = [
     "lower_text_encoder",
     "max_seq_len_of",
     "read_sentence_config",
+    "sentence_files",
     "supported",
+    "tokenizer_files",
     "write_tokenizer",
 ]

@@ -30,6 +30,10 @@ logger = logging.getLogger(__name__)
 #: The tasks, by optimum-executorch's names.
 TASKS = ("fill-mask", "feature-extraction")
 
+#: The least bound of a dynamic length or batch: torch.export takes a dynamic size to be at least 2, so a bound of
+#: 2 leaves it one value, which coreai-torch cannot export as a dimension (a bound of 1 is a static size).
+LEAST_BOUND = 3
+
 #: The files a checkpoint keeps its tokenizer in (those present are copied).
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt",
@@ -69,9 +73,10 @@ def adapt(model: nn.Module, task: str = "fill-mask", *, sentence: SentenceConfig
     return SentenceEmbedding(encoder, Pooling(sentence))
 
 
-def max_seq_len_of(model: nn.Module, sentence: SentenceConfig | None = None) -> int:
-    """The longest input by default: the checkpoint's sentence-transformers ``max_seq_length``, else all its positions."""
-    longest = family_of(model.config).max_tokens(model.config)
+def max_seq_len_of(config: Any, sentence: SentenceConfig | None = None) -> int:
+    """The longest input by default, from a model's config: the checkpoint's sentence-transformers ``max_seq_length``,
+    else all its positions."""
+    longest = family_of(config).max_tokens(config)
     return min(longest, sentence.max_seq_length) if sentence is not None and sentence.max_seq_length else longest
 
 
@@ -99,14 +104,14 @@ def lower_text_encoder(
 
     module = adapt(model, task, sentence=sentence)
     longest = family_of(model.config).max_tokens(model.config)
-    max_seq_len = max_seq_len if max_seq_len is not None else max_seq_len_of(model, sentence)
-    if not 2 <= max_seq_len <= longest:
+    max_seq_len = max_seq_len if max_seq_len is not None else max_seq_len_of(model.config, sentence)
+    if not LEAST_BOUND <= max_seq_len <= longest:
         raise ValueError(
-            f"{model.config.model_type}: max_seq_len={max_seq_len}, and its position table numbers 2 to {longest} tokens; "
-            "choose one in that range"
+            f"{model.config.model_type}: max_seq_len={max_seq_len}, and its position table numbers {longest} tokens; "
+            f"choose {LEAST_BOUND} to {longest} (a bound of 2 is one length to torch.export: LEAST_BOUND)"
         )
-    if max_batch < 1:
-        raise ValueError(f"max_batch={max_batch}: at least 1")
+    if not (max_batch == 1 or max_batch >= LEAST_BOUND):
+        raise ValueError(f"max_batch={max_batch}: give 1 or at least {LEAST_BOUND} (a bound of 2 is one size to torch.export: LEAST_BOUND)")
     batch = min(2, max_batch)
     sample = (torch.zeros(batch, 2, dtype=torch.long), torch.ones(batch, 2, dtype=torch.long))
     length = torch.export.Dim("T", min=1, max=max_seq_len)
@@ -117,6 +122,11 @@ def lower_text_encoder(
     return lower_exported(exported, constant_methods=constants, **partitioner_options)
 
 
+def tokenizer_files(directory: str | Path) -> list[Path]:
+    """The files of :data:`TOKENIZER_FILES` a checkpoint ``directory`` holds."""
+    return [Path(directory) / name for name in TOKENIZER_FILES if (Path(directory) / name).is_file()]
+
+
 def write_tokenizer(source: Any, directory: str | Path) -> list[Path]:
     """The tokenizer files beside the ``.pte`` in ``directory``: a tokenizer's ``save_pretrained``, or those of
     :data:`TOKENIZER_FILES` a checkpoint directory ``source`` holds.  Returns the paths written."""
@@ -124,7 +134,7 @@ def write_tokenizer(source: Any, directory: str | Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     if hasattr(source, "save_pretrained"):
         return [Path(path) for path in source.save_pretrained(str(directory)) if Path(path).is_file()]
-    present = [Path(source) / name for name in TOKENIZER_FILES if (Path(source) / name).is_file()]
+    present = tokenizer_files(source)
     if not present:
         raise FileNotFoundError(
             f"{source} holds none of {', '.join(TOKENIZER_FILES)}: pass the tokenizer (AutoTokenizer.from_pretrained) instead"

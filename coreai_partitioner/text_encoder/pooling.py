@@ -87,6 +87,21 @@ def read_sentence_config(directory: str | Path) -> SentenceConfig:
     return SentenceConfig(modes=pooling_modes(config), normalize="Normalize" in kinds, max_seq_length=max_seq_length)
 
 
+#: sentence-transformers' own files beside the modules' (the list of modules, the Transformer module's settings,
+#: the library's version and prompts).
+SENTENCE_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def sentence_files(directory: str | Path) -> list[Path]:
+    """The files of the sentence-transformers checkpoint in ``directory`` that say its pooling, relative to it: those
+    of :data:`SENTENCE_FILES` it holds and each listed module's ``config.json`` (``1_Pooling/config.json``)."""
+    directory = Path(directory)
+    listed = directory / "modules.json"
+    modules = json.loads(listed.read_text()) if listed.is_file() else []
+    paths = [Path(name) for name in SENTENCE_FILES] + [Path(m["path"]) / "config.json" for m in modules if m.get("path")]
+    return [path for path in paths if (directory / path).is_file()]
+
+
 def pooling_modes(config: dict) -> tuple[str, ...]:
     """The modes a ``Pooling`` ``config.json`` names: ``pooling_mode`` (a name or a list), else the older
     ``pooling_mode_*`` flags in sentence-transformers' order (none set: ``mean``, as it defaults)."""

@@ -9,6 +9,7 @@
 - :mod:`.report`: compare outputs element by element (:func:`check`, :func:`compare`).
 - :mod:`.fidelity`: judge a program by SNR and top-1 within the runtime's rounding; its cost against fp32, reported.
 - :mod:`.quantized`: a quantized program against its quantized eager model, the float error reported.
+- :mod:`.forward`: one call of a ``.pte``'s method (an encoder's) against the eager model it was lowered from.
 - :mod:`.describe`: what a ``.pte`` ships (``python -m coreai_partitioner inspect``).
 - :mod:`.testing`: one-call checks for CI jobs.
 - :mod:`.table`: the project's plain-text table, and the reports' common base.

@@ -3,5 +3,9 @@ its own (:class:`coreai_partitioner.cli.export.Task`), the command the rest.
 
 - :mod:`.text_generation`: a decoder-only LLM, for ExecuTorch's ``TextLLMRunner`` (``export-llm``);
 - :mod:`.image_text_to_text`: a vision-language model, for ``MultimodalRunner``;
-- :mod:`.automatic_speech_recognition`: Whisper, for ExecuTorch's ASR runner.
+- :mod:`.automatic_speech_recognition`: Whisper, for ExecuTorch's ASR runner;
+- :mod:`.text2text_generation`: T5 and Flan-T5, in the speech task's methods, for optimum's ``ExecuTorchModelForSeq2SeqLM``;
+- :mod:`.fill_mask`, :mod:`.feature_extraction`: a BERT-class encoder's logits or sentence embeddings, one
+  ``forward`` (the steps both share: :mod:`coreai_partitioner.cli.text_encoders`);
+- :mod:`.image_classification`: a ViT, DeiT or any image classifier's logits, one ``forward``.
 """

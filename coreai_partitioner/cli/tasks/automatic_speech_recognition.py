@@ -38,7 +38,7 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import DTYPES, Phases, Plan, UnknownTask, describe_tokenizer, task_of
+from coreai_partitioner.cli.export import DTYPES, Phases, Plan, checkpoint_generation, describe_tokenizer, refuse_other_task
 
 NAME = "automatic-speech-recognition"
 MODEL = "AutoModelForSpeechSeq2Seq"
@@ -146,27 +146,14 @@ def settle(args: argparse.Namespace, config: Any) -> SpeechPlan:
 
 def generation_config(args: argparse.Namespace, config: Any) -> Any:
     """The generation config to export, the config refused up front if it is not a speech model's."""
-    from transformers import GenerationConfig
-
     from coreai_partitioner.speech.tiny import tiny_generation_config
 
     if not args.checkpoint:
         return tiny_generation_config(config)
-    try:
-        task = task_of(config.to_dict(), str(args.checkpoint / "config.json"))
-    except UnknownTask as error:
-        raise CommandError(str(error)) from None
-    if task != NAME:
-        raise CommandError(
-            f"--checkpoint {args.checkpoint} is a {task} checkpoint, not {NAME}; export it with "
-            f"`python -m coreai_partitioner export --checkpoint {args.checkpoint}` (which picks its task)"
-        )
+    refuse_other_task(NAME, args, config)
     if config.model_type != "whisper":
         raise CommandError(f"{args.checkpoint}: {config.model_type} is not exported for {NAME}; this command exports whisper")
-    try:
-        return GenerationConfig.from_pretrained(args.checkpoint, local_files_only=True)
-    except OSError:
-        return GenerationConfig.from_model_config(config)
+    return checkpoint_generation(args.checkpoint, config)
 
 
 def dry_run(plan: SpeechPlan) -> None:

@@ -67,6 +67,11 @@ def test_speechs_own_task_flag_is_reached_through_the_export_command(tmp_path, c
         main(["--config", "whisper", "--speech-task", "translate", "--max-decode-len", "65"])
     assert exited.value.code == 1
     assert "--max-context-len 65: whisper has 64 decoder positions" in capsys.readouterr().err  # the old spelling parses
+    # Whisper's own word for it, --task translate, reaches the same flag; on a model of another task it is refused.
+    assert main(["--config", "whisper", "--task", "translate", "--dry-run"]) == 0
+    assert "decoder prompt: translate to English" in capsys.readouterr().out
+    assert main(["--config", "llama", "--task", "translate", "--dry-run"]) == 1
+    assert "--task translate is a speech recognition model's prompt" in capsys.readouterr().err
     translate = tiny_generation_config(tiny_config()).task_to_id["translate"]
     args = export.build_parser(asr).parse_args(["--config", "whisper", "--speech-task", "translate", "--out", str(tmp_path / "m.pte")])
     assert translate in export.settle(asr, args).rules.prompt

@@ -8,8 +8,9 @@ As ``optimum-cli export`` does, the task comes from the checkpoint's
 ``model_type``; a checkpoint of another task is refused before any work.
 A checkpoint with sentence-transformers' ``modules.json`` beside its config
 is ``feature-extraction``, whatever its head (:func:`_checkpoint_task`).
-``--task`` names it outright, and ``--config NAME`` is the task whose tiny
-models have that name.  This module is what every task shares: the common
+``--task`` names it outright (``--task transcribe`` or ``translate`` is
+Whisper's decoder prompt, :data:`SPEECH_TASKS`), and ``--config NAME`` is
+the task whose tiny models have that name.  This module is what every task shares: the common
 flags (:func:`_flags`, one name each), the plan settled before any weights
 are loaded (:class:`Plan`), loading, the export road (load, lower, write
 ``OUT.partial``, time each phase, print the sizes), the ``--verify`` gate,
@@ -50,6 +51,10 @@ TASKS: dict[str, str] = {
 }
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+
+#: ``--task`` values that are not a task this command exports but speech recognition's decoder prompt (Whisper's
+#: ``generate(task=...)``): ``--task translate`` exports Whisper to translate, as ``--speech-task translate`` does.
+SPEECH_TASKS = ("transcribe", "translate")
 
 
 def _quantize_help() -> str:
@@ -602,14 +607,16 @@ def main(argv: list[str] | None = None, prog: str = "python -m coreai_partitione
     """Pick the task, then run its command on the same line (``--task`` taken off it)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog=prog, add_help=False)
-    parser.add_argument("--task", choices=sorted(TASKS))
+    parser.add_argument("--task", choices=sorted(TASKS) + sorted(SPEECH_TASKS))
     parser.add_argument("--checkpoint", type=Path)
     parser.add_argument("--config")
     parser.add_argument("-h", "--help", action="store_true")
     known, _ = parser.parse_known_args(argv)
     rest = [a for i, a in enumerate(argv) if a != "--task" and (i == 0 or argv[i - 1] != "--task") and not a.startswith("--task=")]
+    if known.task in SPEECH_TASKS:  # Whisper's own words (its generate(task=...)): the decoder prompt's task
+        rest += ["--speech-task", known.task]
     try:
-        if known.task:
+        if known.task in TASKS:
             task = known.task
         elif known.checkpoint is not None:
             task = _checkpoint_task(known.checkpoint)
@@ -626,6 +633,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m coreai_partitione
     if task not in TASKS:
         print(
             f"{prog}: error: the checkpoint's task is {task}; this package exports {', '.join(TASKS)}", file=sys.stderr
+        )
+        return 1
+    if known.task in SPEECH_TASKS and task != "automatic-speech-recognition":
+        print(
+            f"{prog}: error: --task {known.task} is a speech recognition model's prompt (Whisper's transcribe or "
+            f"translate), and this is a {task} export; give --task with one of {', '.join(TASKS)}",
+            file=sys.stderr,
         )
         return 1
     return run_task(importlib.import_module(TASKS[task]), rest, prog=f"{prog} ({task})")

@@ -163,6 +163,7 @@ def dry_run(plan: SpeechPlan) -> None:
     print(f"{config.model_type}: {config.encoder_layers} + {config.decoder_layers} layers, {plan.precision}, {args.target} form")
     print(f"  encoder(features [1, {config.num_mel_bins}, 3000]) -> cross-attention keys and values")
     print(f"  text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, {config.vocab_size}]; {slots} cache slots")
+    print(f"  decoder prompt: {args.speech_task}" + (f" ({args.language})" if args.speech_task == "transcribe" else " to English"))
     print(f"  tokenizer: {describe_tokenizer(plan)}")
     print(f"  would write {args.out}")
 

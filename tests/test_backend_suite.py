@@ -18,20 +18,19 @@ require("pytest_jsonreport", "test")  # its results are read from pytest-json-re
 
 from backend_suite import run  # noqa: E402
 
-#: The suite's operator files CI runs on the coreai flow (about 3 minutes on one core).
+#: The suite's operator files CI runs on the coreai flow: one file for each family of rules in ``claims/`` (add's
+#: ``alpha``; amax's reductions over every dim, mean's rule too; squeeze; index_put's accumulate and broadcast; the
+#: pools' ceil_mode, padding and indices) and linear, an ordinary op.  The rest run in ``benchmarks/suite.py``
+#: (the transposed 3-d convolution's cases all skip there, the portable kernels lacking it; ``test_claims.py`` pins
+#: that its lowering does not die).
 CI_OPERATORS = (
     "test_add",
-    "test_sub",
     "test_amax",
-    "test_mean",
     "test_squeeze",
     "test_index_put",
     "test_avgpool2d",
     "test_maxpool2d",
-    "test_convtranspose3d",
-    "test_conv2d",
     "test_linear",
-    "test_gelu",
 )
 
 
@@ -53,5 +52,7 @@ def test_the_suites_operator_files_pass_on_the_coreai_flow():
         f"  {case.nodeid}: {case.detail}: {case.error[:300]}" for case in failed
     )
     assert all(case.detail for case in cases if case.outcome == "skipped"), "a skip without its reason"
-    delegated = [case for case in cases if case.detail == "delegated"]
-    assert len(delegated) > len(cases) // 2, f"only {len(delegated)} of {len(cases)} cases delegated anything"
+    # the rules refuse a file's odd arguments, not its op: each file that passes a case delegates one of them
+    passing = {case.module for case in cases if case.outcome == "passed"}
+    delegating = {case.module for case in cases if case.detail == "delegated"}
+    assert passing <= delegating, f"files none of whose cases delegated anything: {sorted(passing - delegating)}"

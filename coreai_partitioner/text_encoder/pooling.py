@@ -68,7 +68,7 @@ def read_sentence_config(directory: str | Path) -> SentenceConfig:
     if not listed.is_file():
         raise UnsupportedSentenceModel(
             f"{directory} has no modules.json: it is not a sentence-transformers checkpoint, which feature-extraction "
-            "reads its pooling from; pass pooling=SentenceConfig(modes=(...)) to say it yourself"
+            "reads its pooling from; pass sentence=SentenceConfig(modes=(...)) to say it yourself"
         )
     modules = json.loads(listed.read_text())
     kinds = [module["type"].rsplit(".", 1)[-1] for module in modules]

@@ -17,6 +17,7 @@ error or the wrong result it prevents.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,34 @@ def argument(node: torch.fx.Node, index: int, name: str, default: Any) -> Any:
 def value(node: Any) -> Any:
     """A node's ``meta["val"]`` (a fake tensor, a tuple of them, or a scalar); a constant as it is."""
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else node
+
+
+def is_rank0(val: Any) -> bool:
+    """Whether ``val`` (a node's :func:`value`) is a rank-0 tensor."""
+    return isinstance(val, torch.Tensor) and val.dim() == 0
+
+
+#: the kind of placeholder (its ``meta["desc"]``, set by ``torch.export``) the program is called with; the others
+#: (parameters, buffers, constants, and the constants lifted after export, which have no ``desc``) are data the
+#: delegate takes over
+_PROGRAM_INPUT = "PlainAOTInput"
+
+
+def left_outside(node: torch.fx.Node, refused: Callable[[torch.fx.Node], bool]) -> bool:
+    """Whether ``node``'s value reaches a delegate from outside it: a program input, a 64-bit result (upstream leaves
+    them outside), a result of an op the converter does not know, or of a node ``refused`` keeps outside (the rank-0
+    rules each ask their own question there: :mod:`.scalars`, :mod:`.scalar_results`)."""
+    if node.op == "placeholder":
+        return type(node.meta.get("desc")).__name__ == _PROGRAM_INPUT
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return left_outside(node.args[0], refused)
+    result = value(node)
+    parts = result if isinstance(result, (tuple, list)) else (result,)  # max.dim: values beside int64 indices
+    if any(isinstance(part, torch.Tensor) and part.dtype in (torch.int64, torch.float64) for part in parts):
+        return True
+    return not _compat.is_coreai_supported_target(node.target) or refused(node)
 
 
 # The rule modules register themselves on import.

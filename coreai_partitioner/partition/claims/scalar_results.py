@@ -21,11 +21,7 @@ import operator
 import torch
 
 from coreai_partitioner import _compat
-from coreai_partitioner.partition.claims import _RULES, EVERY_OP, refuses, value
-
-#: the kind of placeholder (its ``meta["desc"]``) the program is called with (as :mod:`.scalars` reads it)
-_PROGRAM_INPUT = "PlainAOTInput"
-
+from coreai_partitioner.partition.claims import _RULES, EVERY_OP, is_rank0, left_outside, refuses, value
 
 @refuses(EVERY_OP)
 def scalar_result_leaves_the_delegate(node: torch.fx.Node) -> str | None:
@@ -64,7 +60,7 @@ def _region(start: torch.fx.Node) -> set[torch.fx.Node]:
         if member in region:
             continue
         region.add(member)
-        pending.extend(operand for operand in member.all_input_nodes if _is_rank0(value(operand)))
+        pending.extend(operand for operand in member.all_input_nodes if is_rank0(value(operand)))
         if member.target is operator.getitem:
             pending.append(member.args[0])
         if _produces_rank0(member):
@@ -76,7 +72,7 @@ def _crosses(member: torch.fx.Node, outside: set[torch.fx.Node]) -> bool:
     """Whether ``member`` inside a delegate would take a rank-0 tensor from ``outside`` or hand one to it."""
     if member.target is operator.getitem:
         return member.args[0] in outside
-    if any(_is_rank0(value(operand)) and operand in outside for operand in member.all_input_nodes):
+    if any(is_rank0(value(operand)) and operand in outside for operand in member.all_input_nodes):
         return True
     return _produces_rank0(member) and any(
         reader in outside or (result is not member and result in outside)
@@ -86,37 +82,26 @@ def _crosses(member: torch.fx.Node, outside: set[torch.fx.Node]) -> bool:
 
 
 def _outside_on_its_own(node: torch.fx.Node) -> bool:
-    """Whether ``node`` is no part of a delegate whatever its rank-0 operands and readers are."""
-    if node.op == "output":
-        return True
-    if node.op == "placeholder":
-        return type(node.meta.get("desc")).__name__ == _PROGRAM_INPUT
-    if node.op != "call_function":
-        return False
-    if node.target is operator.getitem:
-        return _outside_on_its_own(node.args[0])
-    result = value(node)
-    parts = result if isinstance(result, (tuple, list)) else (result,)
-    if any(isinstance(part, torch.Tensor) and part.dtype in (torch.int64, torch.float64) for part in parts):
-        return True  # upstream leaves 64-bit values outside
-    if node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False) or not _compat.is_coreai_supported_target(node.target):
-        return True
-    return any(rule(node) is not None for rule in _RULES.get(_compat.converted_op(node.target), ()))
+    """Whether ``node`` is no part of a delegate whatever its rank-0 operands and readers are: the program's output, or
+    left outside by what it is, by ExecuTorch's do-not-delegate tag, or by a rule of its own op."""
+    return node.op == "output" or left_outside(node, _refused_by_its_op)
+
+
+def _refused_by_its_op(node: torch.fx.Node) -> bool:
+    return bool(node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)) or any(
+        rule(node) is not None for rule in _RULES.get(_compat.converted_op(node.target), ())
+    )
 
 
 def _rank0_results(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The nodes that carry ``node``'s rank-0 results: itself, or its getitems for an op with several results."""
     if not isinstance(value(node), (tuple, list)):
-        return [node] if _is_rank0(value(node)) else []
-    return [reader for reader in node.users if reader.target is operator.getitem and _is_rank0(value(reader))]
+        return [node] if is_rank0(value(node)) else []
+    return [reader for reader in node.users if reader.target is operator.getitem and is_rank0(value(reader))]
 
 
 def _produces_rank0(node: torch.fx.Node) -> bool:
     result = value(node)
     if isinstance(result, (tuple, list)):
-        return any(_is_rank0(part) for part in result)
-    return _is_rank0(result)
-
-
-def _is_rank0(val) -> bool:
-    return isinstance(val, torch.Tensor) and val.dim() == 0
+        return any(is_rank0(part) for part in result)
+    return is_rank0(result)

@@ -14,23 +14,15 @@ rank >= 1 enters the delegate.
 
 from __future__ import annotations
 
-import operator
-
 import torch
 
-from coreai_partitioner import _compat
-from coreai_partitioner.partition.claims import EVERY_OP, refusal, refuses, value
-
-#: the kind of placeholder (its ``meta["desc"]``, set by ``torch.export``) the program is called with; the others
-#: (parameters, buffers, constants, and the constants lifted after export, which have no ``desc``) are data the
-#: delegate takes over
-_PROGRAM_INPUT = "PlainAOTInput"
+from coreai_partitioner.partition.claims import EVERY_OP, is_rank0, left_outside, refusal, refuses, value
 
 
 @refuses(EVERY_OP)
 def scalar_from_outside(node: torch.fx.Node) -> str | None:
     for operand in node.all_input_nodes:
-        if _is_rank0(value(operand)) and _outside(operand):
+        if is_rank0(value(operand)) and _outside(operand):
             return (
                 f"it reads {operand.name}, a rank-0 tensor from outside the delegate: coreai-core 1.0.0b3's runtime "
                 "traps (SIGILL) on a rank-0 delegate input; make it a 1-element tensor (reshape(1)) to keep it inside"
@@ -40,18 +32,4 @@ def scalar_from_outside(node: torch.fx.Node) -> str | None:
 
 def _outside(node: torch.fx.Node) -> bool:
     """Whether ``node``'s value reaches a delegate as a run-time input: a program input, or a result left outside."""
-    if node.op == "placeholder":
-        return type(node.meta.get("desc")).__name__ == _PROGRAM_INPUT
-    if node.op != "call_function":
-        return False
-    if node.target is operator.getitem:
-        return _outside(node.args[0])
-    result = value(node)
-    parts = result if isinstance(result, (tuple, list)) else (result,)  # max.dim: values beside int64 indices
-    if any(isinstance(part, torch.Tensor) and part.dtype in (torch.int64, torch.float64) for part in parts):
-        return True  # upstream leaves 64-bit values outside
-    return not _compat.is_coreai_supported_target(node.target) or refusal(node) is not None
-
-
-def _is_rank0(val) -> bool:
-    return isinstance(val, torch.Tensor) and val.dim() == 0
+    return left_outside(node, lambda judged: refusal(judged) is not None)

@@ -685,11 +685,14 @@ def load_program(
     pte: bytes | bytearray | str | os.PathLike,
     *,
     sidecar_dir: str | os.PathLike | None = None,
+    data_path: str | os.PathLike | None = None,
 ) -> Any:
     """An ``executorch.runtime.Program`` with every method loaded.
 
     Sidecar assets are read from ``sidecar_dir``, by default the ``.pte``'s
-    own directory (or ``$COREAI_SIDECAR_DIR`` for bytes).
+    own directory (or ``$COREAI_SIDECAR_DIR`` for bytes).  ``data_path`` is
+    the program's data file (``.ptd``, ExecuTorch's ``data_path``): the
+    weights of a program lowered with ``external_data``.
     """
     from executorch.runtime import Runtime
 
@@ -699,7 +702,10 @@ def load_program(
     if sidecar_dir is None:
         sidecar_dir = os.environ.get("COREAI_SIDECAR_DIR")
     data = bytes(pte) if isinstance(pte, (bytes, bytearray, memoryview)) else str(pte)
-    program = Runtime.get().load_program(data)
+    if data_path is not None:
+        program = Runtime.get().load_program(data, data_path=str(data_path))
+    else:
+        program = Runtime.get().load_program(data)
     with sidecars_in(sidecar_dir):
         for method in sorted(program.method_names):
             clear_last_error()

@@ -91,13 +91,17 @@ def materialize(
 
 
 def asset_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
-    """The files of the asset ``model_hash`` in a NamedDataStoreOutput, by path under ``<hash>/``."""
+    """The files of the asset ``model_hash`` in a NamedDataStoreOutput, by path under ``<hash>/``: its ``.pte``
+    entries and those bound for a data file (``external_data``) alike."""
     if named_data is None:
         return {}
     prefix = f"{_NAMED_DATA_PREFIX}{model_hash}/"
+    entries = dict(named_data.pte_data)
+    for external in named_data.external_data.values():
+        entries.update(external)
     return {
         key[len(prefix) :]: _as_bytes(named_data.buffers[entry.buffer_index])
-        for key, entry in named_data.pte_data.items()
+        for key, entry in entries.items()
         if key.startswith(prefix)
     }
 

@@ -1,0 +1,169 @@
+"""One base decoder, many LoRA adapters: lowered once, a ``.pte`` per adapter over one shared ``.ptd``.
+
+:func:`lower_with_adapters` puts an adapter slot on every linear layer any
+of the adapters targets (:mod:`coreai_partitioner.adapters.slots`), lowers
+the decoder once with the slots' pairs as inputs and the weights in a data
+file (``external_data``), then binds each adapter's pairs, and the base's
+zero pairs, as constants of a program of its own
+(:func:`~coreai_partitioner.lowering.bind.bind_inputs`).  Every program calls
+the same Core AI asset: the ``.ptd`` holds the base weights once, each
+adapter's ``.pte`` holds its own ``A`` and ``B`` and the graph.
+:meth:`AdapterPrograms.save` writes ``model.pte``, ``model.ptd`` and
+``NAME.pte`` per adapter; ExecuTorch's ``TextLLMRunner(NAME.pte, tokenizer,
+data_path=model.ptd)`` runs any of them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from coreai_partitioner.adapters.config import Adapter, AdapterError, adapter_of_peft_model
+from coreai_partitioner.adapters.slots import AdapterSlots, adapter_slots
+
+logger = logging.getLogger(__name__)
+
+#: The inputs of ``forward`` before the adapter's: ``tokens`` and ``input_pos``.
+_RUNNER_INPUTS = 2
+
+
+@dataclass
+class AdapterPrograms:
+    """The base program and one per adapter, all over one lowering's delegates; what :meth:`save` writes."""
+
+    base: Any
+    adapters: dict[str, Any]
+    #: Placeholder names of the adapter pairs, per method: they stay in each ``.pte``.
+    kept: list[str]
+    slots: AdapterSlots
+    dtype: torch.dtype
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def program(self, name: str | None = None) -> Any:
+        """The base's (``None``) or adapter ``name``'s ``EdgeProgramManager``."""
+        if name is None:
+            return self.base
+        if name not in self.adapters:
+            raise KeyError(f"no adapter {name!r}; the adapters: {', '.join(self.adapters) or 'none'}")
+        return self.adapters[name]
+
+    def to_executorch(self, name: str | None = None) -> Any:
+        """The serialized program of the base (``None``) or of adapter ``name``, its pairs kept in the ``.pte``."""
+        from coreai_partitioner.lowering.lower import to_executorch
+
+        return to_executorch(self.program(name), kept=self.kept)
+
+    def save(self, pte: str | Path) -> dict[str, Path]:
+        """``pte`` (the base), its ``.ptd`` beside it, and ``<name>.pte`` per adapter in the same directory.
+
+        Each adapter's program must have the base's data file, entry for
+        entry (the same asset, the same constants); it is checked, not assumed.
+        Returns ``{"model": pte, "data": ptd, <name>: path, ...}``.
+        """
+        from coreai_partitioner import _compat
+        from coreai_partitioner.lowering.external_data import write_program
+
+        pte = Path(pte)
+        base = self.to_executorch()
+        shared = _data_sizes(_compat.tensor_data_files(base))
+        written = write_program(base, pte)
+        files = {"model": written["pte"], "data": written["ptd"]}
+        del base
+        for name in self.adapters:
+            program = self.to_executorch(name)
+            own = _data_sizes(_compat.tensor_data_files(program))
+            if own != shared:
+                raise RuntimeError(f"adapter {name!r}'s program does not run over the base's data file: {own} vs {shared}")
+            files[name] = write_program(program, pte.with_name(f"{name}.pte"), with_data=False)["pte"]
+        self.files = files
+        return files
+
+
+def _data_sizes(files: Mapping[str, Any]) -> dict[str, int]:
+    return {name: len(data) for name, data in files.items()}
+
+
+def lower_with_adapters(
+    model: nn.Module,
+    shapes: Any,
+    adapters: Sequence[Adapter],
+    *,
+    max_rank: int | None = None,
+    **options: Any,
+) -> AdapterPrograms:
+    """``model`` (a transformers causal LM) lowered once with a slot for every layer ``adapters`` target; the
+    base program and one program per adapter.
+
+    ``options`` are :func:`~coreai_partitioner.llm.export.lower_decoder`'s
+    (``quantize`` compresses the base weights; the pairs stay in the
+    model's floating dtype).  ``max_rank`` (default: the largest rank of
+    ``adapters``) bounds the rank a slot takes.  The weights go to the data
+    file whatever ``external_data`` says: that is what lets the programs share them.
+    """
+    from coreai_partitioner.llm.export import lower_decoder
+    from coreai_partitioner.lowering.bind import bind_inputs
+    from coreai_partitioner.lowering.device import check_delegates
+
+    names = [adapter.name for adapter in adapters]
+    duplicated = {name for name in names if names.count(name) > 1}
+    if duplicated:
+        raise AdapterError(f"two adapters are named {sorted(duplicated)[0]!r}; name them apart with NAME=DIR")
+    targeted = {path for adapter in adapters for path in adapter.layers}
+    paths = [path for path, _ in model.named_modules() if path in targeted]
+    largest = max((layer.rank for adapter in adapters for layer in adapter.layers.values()), default=1)
+    max_rank = max_rank or largest
+    if max_rank < largest:
+        raise AdapterError(f"max_rank={max_rank} is below the adapters' largest rank, {largest}")
+    options = {**options, "external_data": True}
+    with adapter_slots(model, paths, max_rank) as slots:
+        dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        for adapter in adapters:
+            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
+        edge = lower_decoder(model, shapes, slots=slots, **options)
+    device = edge_is_device(edge)
+    kept: list[str] = []
+
+    def bound(pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> Any:
+        program = edge
+        for method in edge.methods:
+            inputs = edge.exported_program(method).graph_signature.user_inputs[_RUNNER_INPUTS:]
+            if not inputs:
+                continue
+            kept.extend(name for name in inputs if name not in kept)
+            program = bind_inputs(program, method, dict(zip(inputs, slots.inputs(pairs))), prefix="adapter.")
+        if device:
+            check_delegates(program, bounded=shapes.prefill_chunk if shapes.bounded else None)
+        return program
+
+    base = bound(slots.zero_pairs(dtype))
+    programs = {adapter.name: bound(slots.pairs_of(adapter, dtype)) for adapter in adapters}
+    logger.info("lowered once for %d adapter(s) over %d slot(s), rank up to %d", len(adapters), len(paths), max_rank)
+    return AdapterPrograms(base, programs, kept, slots, dtype)
+
+
+def edge_is_device(edge: Any) -> bool:
+    """Whether ``edge``'s delegates carry the id upstream's device runtime registers."""
+    from coreai_partitioner.lowering.device import DEVICE_BACKEND_ID, lowered_modules
+
+    return any(module.backend_id == DEVICE_BACKEND_ID for _, module in lowered_modules(edge))
+
+
+def lower_peft_model(model: nn.Module, shapes: Any, **options: Any) -> Any:
+    """A ``PeftModel``'s active LoRA adapter lowered low rank over its base: the adapter's ``EdgeProgramManager``.
+
+    PEFT's layers are left as they are; the base model's linear layers take
+    the adapter's pairs as constants (:func:`lower_with_adapters`).
+    """
+    if getattr(model, "peft_type", None) is not None and str(model.peft_type).upper().rsplit(".", 1)[-1] != "LORA":
+        raise AdapterError(f"PeftModel of peft_type {model.peft_type}: only LoRA adapters are lowered")
+    adapter = adapter_of_peft_model(model)
+    reference = options.pop("quantized_reference", None)
+    if reference is not None:
+        raise AdapterError("quantized_reference is not taken with a PeftModel; check the program against PEFT's model")
+    return lower_with_adapters(model.get_base_model(), shapes, [adapter], **options).program(adapter.name)

@@ -501,6 +501,20 @@ def deserialize_pte_views(data: memoryview) -> tuple[Any, dict[str, memoryview]]
     return program, {entry.key: segments[entry.segment_index] for entry in program.named_data or ()}
 
 
+def deserialize_ptd_views(data: memoryview) -> dict[str, memoryview]:
+    """A data file's (``.ptd``, ExecuTorch's flat tensor format) named data as views of ``data``, not copies."""
+    from executorch.extension.flat_tensor.serialize import serialize as flat_tensor
+
+    header = flat_tensor.FlatTensorHeader.from_bytes(bytes(data[8 : 8 + flat_tensor.FlatTensorHeader.EXPECTED_LENGTH]))
+    if not header.is_valid():
+        raise ValueError("not an ExecuTorch data file (.ptd): its header is not the flat tensor format's")
+    table = bytes(data[: header.flatbuffer_offset + header.flatbuffer_size])  # the flatbuffer's root is at 0
+    contents = flat_tensor._deserialize_to_flat_tensor(table)
+    base = header.segment_base_offset
+    segments = [data[base + s.offset : base + s.offset + s.size] for s in contents.segments]
+    return {entry.key: segments[entry.segment_index] for entry in contents.named_data}
+
+
 def t5_relative_position_bucket(attention: Any, relative: torch.Tensor, *, bidirectional: bool) -> torch.Tensor:
     """The bucket of each of ``relative`` (key position less query position) by transformers' T5
     (``T5Attention._relative_position_bucket``), with ``attention``'s bucket count and longest distance."""

@@ -159,7 +159,7 @@ def test_two_adapters_and_the_base_share_one_ptd_and_each_gives_peft_s_logits(ad
     adapters = [read_adapter("tone", first, base.config), read_adapter("facts", second, base.config)]
     programs = lower_with_adapters(base, SHAPES, adapters)
     files = programs.save(tmp_path / "model.pte")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["facts.pte", "model.pte", "model.ptd", "tone.pte"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["facts.pte", "model.ptd", "model.pte", "tone.pte"]
 
     assert_runs_as(files["model"], check.reference(base, SHAPES))
     for adapter, directory in zip(adapters, (first, second)):
@@ -170,7 +170,9 @@ def test_two_adapters_and_the_base_share_one_ptd_and_each_gives_peft_s_logits(ad
         # An adapter costs its own bytes: at most 1.1x its pairs plus 64 kB.
         assert files[adapter.name].stat().st_size <= 1.1 * adapter.nbytes + 64_000
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in base.parameters()}.values())
-    assert files["data"].stat().st_size <= 1.02 * weights
+    # The asset's program and RoPE tables are a few kB over the weights: 1.02x holds from the real model on
+    # (test_real_adapters); a tiny model gets 32 kB of room.
+    assert files["data"].stat().st_size <= 1.02 * weights + 32_000
     assert files["model"].stat().st_size <= 64_000
 
 
@@ -187,3 +189,76 @@ def test_lower_decoder_takes_a_peft_model_keeping_its_adapter_low_rank(adapter_d
     assert_runs_as(tmp_path / "peft.pte", reference)
     # PEFT's own layers are back in place, its adapter active.
     assert type(model.get_base_model().model.layers[0].self_attn.q_proj).__module__.startswith("peft.")
+
+
+class WithPairs(torch.nn.Module):
+    """A quantized program's eager module (``lower_decoder``'s ``quantized_reference``) called with one adapter's
+    pairs: the step ``check.eager_logits`` feeds, its weights expanded once."""
+
+    def __init__(self, module: torch.nn.Module, inputs: list[torch.Tensor]) -> None:
+        from coreai_partitioner.quantize.weight_forms import expand_weights
+
+        super().__init__()
+        self.module = expand_weights(module)
+        self.inputs = inputs
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        return self.module(tokens, input_pos, *self.inputs)
+
+
+def lowered_with_random_adapter(model_type: str, tmp_path: Path, dtype=torch.float32, **options):
+    """A tiny ``model_type`` with a random adapter on its attention and MLP projections, lowered with it; the PEFT
+    model, the adapter, the saved files and the programs."""
+    from coreai_partitioner.adapters.config import adapter_of_peft_model
+
+    model = peft_model(tiny(model_type, dtype), 11)
+    adapter = adapter_of_peft_model(model)
+    programs = lower_with_adapters(model.get_base_model(), options.pop("shapes", SHAPES), [adapter], **options)
+    return model, adapter, programs.save(tmp_path / "model.pte"), programs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen3_5_text", "gemma3_text"], ids=["moe", "hybrid", "sliding"])
+def test_every_family_kind_takes_an_adapter_on_its_linear_layers_and_gives_peft_s_logits(model_type, tmp_path):
+    model, adapter, files, _ = lowered_with_random_adapter(model_type, tmp_path)
+    assert len(adapter.layers) >= 6  # attention and MLP projections where they are nn.Linear (not MoE experts)
+    assert_runs_as(verify.PteWithData(files["default"], files["data"]), check.reference(model, SHAPES))
+
+
+@pytest.mark.slow
+def test_the_device_form_in_fp16_takes_adapters_within_the_device_runtime_s_contract(tmp_path):
+    from device_contract import device_delegate_arguments
+
+    shapes = llm.DecoderShapes(max_context_len=32, prefill_chunk=8, target="device")
+    model, adapter, files, programs = lowered_with_random_adapter("qwen3", tmp_path, torch.float16, shapes=shapes)
+    assert programs.dtype == torch.float16
+    program = verify.PteWithData(files["default"], files["data"])
+    (arguments,) = device_delegate_arguments(program, ["forward"]).values()
+    # Each slot's pair crosses the delegate as fp16 (the contract: fp16/fp32 tensors only, checked above).
+    assert sum(argument.dtype == "HALF" for argument in arguments) >= 2 * len(adapter.layers)
+    fp32 = peft_model(tiny("qwen3"), 11)
+    reference = check.reference(fp32, shapes)
+    eager = check.eager_logits(model, reference, shapes)
+    verify.reset_state()
+    report = check.check(program, reference, shapes, eager=eager, dtype=torch.float16)
+    assert report.ok, str(report)
+
+
+@pytest.mark.slow
+def test_an_int4_base_keeps_its_adapter_in_fp16_and_gives_the_quantized_model_with_that_adapter(tmp_path):
+    require("coreai_opt", "quantize")
+    quantized: list = []
+    model, adapter, files, programs = lowered_with_random_adapter(
+        "llama", tmp_path, torch.float16, quantize="int4", quantized_reference=quantized
+    )
+    pairs = programs.slots.inputs(programs.slots.pairs_of(adapter, torch.float16))
+    assert all(pair.dtype == torch.float16 for pair in pairs)
+    assert files["default"].stat().st_size <= 1.1 * sum(p.nbytes for p in pairs) + 64_000
+    fp32 = peft_model(tiny("llama"), 11)
+    reference = check.reference(fp32, SHAPES)
+    eager = check.eager_logits(WithPairs(quantized[0], pairs), reference, SHAPES)
+    verify.reset_state()
+    report = check.check(
+        verify.PteWithData(files["default"], files["data"]), reference, SHAPES, eager=eager, dtype=torch.float16, quantize="int4"
+    )
+    assert report.ok, str(report)

@@ -12,6 +12,7 @@ so one lowering serves every adapter and the base (a zero pair of rank 1).
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -89,15 +90,29 @@ class AdapterSlots:
 
 
 class AdapterInputs(nn.Module):
-    """``module(*args, *adapter)``: ``module``'s call with each slot's pair taken from the inputs after ``arguments``."""
+    """``module(*arguments, *adapter)``: ``module``'s call, each slot's pair taken from the inputs after its own.
 
-    def __init__(self, module: nn.Module, slots: AdapterSlots, arguments: int) -> None:
+    ``forward`` has an explicit signature (``arguments``' names, then
+    ``<module path>_lora_A`` and ``_lora_B`` per slot): every exporter
+    (torch.export, coreai-opt's) binds flat, named inputs, and the
+    program's placeholders say which layer each pair belongs to.
+    """
+
+    def __init__(self, module: nn.Module, slots: AdapterSlots, arguments: Sequence[str]) -> None:
         super().__init__()
         self.decoder = module
         self.slots = slots
-        self.arguments = arguments
+        self.arguments = len(arguments)
+        names = [*arguments, *(name.replace(".", "_") for name in slots.input_names())]
 
-    def forward(self, *inputs: torch.Tensor) -> Any:
+        def forward(*inputs: torch.Tensor) -> Any:
+            return self.call(*inputs)
+
+        kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        forward.__signature__ = inspect.Signature([inspect.Parameter(name, kind) for name in names])  # type: ignore[attr-defined]
+        self.forward = forward
+
+    def call(self, *inputs: torch.Tensor) -> Any:
         args, adapter = inputs[: self.arguments], inputs[self.arguments :]
         layers = list(self.slots.layers.values())
         for index, layer in enumerate(layers):

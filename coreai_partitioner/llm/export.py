@@ -73,9 +73,9 @@ def export_decoder(
     if slots is not None:
         from coreai_partitioner.adapters.slots import AdapterInputs
 
-        exported = AdapterInputs(exported, slots, len(sample))
+        exported = AdapterInputs(exported, slots, ("tokens", "input_pos"))
         sample = (*sample, *slots.inputs(slots.zero_pairs(_dtype_of(decoder), rank=slots.sample_rank)))
-        dynamic_shapes = ((*(dynamic_shapes or (None, None)), *slots.dynamic_shapes()),)  # forward(*inputs)
+        dynamic_shapes = (*(dynamic_shapes or (None, None)), *slots.dynamic_shapes())
 
     routers = []
     if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest

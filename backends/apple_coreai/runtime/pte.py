@@ -11,6 +11,7 @@ from typing import Any
 
 from executorch.exir.schema import DelegateCall
 
+from coreai_partitioner import _compat
 from coreai_partitioner._compat import deserialize_pte_views
 
 #: Backend ids whose payload is a Core AI asset manifest (ours and upstream's).
@@ -168,18 +169,24 @@ class PteContents:
         return [d for d in self.delegates if d.is_coreai and method in (None, d.method)]
 
 
-def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
-    """Parse a serialized ``.pte`` (bytes or a path).
+def read_pte(pte: bytes | bytearray | str | os.PathLike, data_path: str | os.PathLike | None = None) -> PteContents:
+    """Parse a serialized ``.pte`` (bytes or a path), with its data file (``.ptd``) if it has one.
 
     A path is mapped, not read, and asset files are views of the data: reading
-    a .pte costs its flatbuffer, not its weights.
+    a .pte costs its flatbuffer, not its weights.  ``data_path`` defaults to
+    the ``.ptd`` of the ``.pte``'s name beside it, if there is one (or the
+    data file a ``PteWithData`` carries); its named data is the runtime's too.
     """
     if isinstance(pte, (bytes, bytearray, memoryview)):
         data = memoryview(pte)
     else:
-        with open(pte, "rb") as file:
-            data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        data = _mapped(pte)
+        data_path = data_path if data_path is not None else getattr(pte, "data", None)
+        if data_path is None and Path(pte).with_suffix(".ptd").is_file():
+            data_path = Path(pte).with_suffix(".ptd")
     program, named_data = deserialize_pte_views(data)
+    if data_path is not None:
+        named_data = {**_compat.deserialize_ptd_views(_mapped(data_path)), **named_data}
 
     delegates = []
     plans = {}
@@ -198,6 +205,11 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
     return PteContents(
         tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), plans
     )
+
+
+def _mapped(path: str | os.PathLike) -> memoryview:
+    with open(path, "rb") as file:
+        return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def _files_under(named_data: dict[str, memoryview], model_hash: str) -> dict[str, memoryview]:

@@ -24,7 +24,7 @@ from llm_helpers import tiny  # noqa: E402
 from coreai_partitioner import llm, verify  # noqa: E402
 from coreai_partitioner.adapters.config import AdapterError, check_adapter_config, parse_adapter_argument, read_adapter  # noqa: E402
 from coreai_partitioner.llm import check  # noqa: E402
-from coreai_partitioner.llm.adapters import lower_with_adapters  # noqa: E402
+from coreai_partitioner.llm.adapters import WithPairs, lower_with_adapters  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -131,6 +131,14 @@ def test_a_target_that_is_not_linear_is_refused_naming_it(adapter_dirs, tmp_path
         read_adapter("embedding", tmp_path / "embedding", base.config)
 
 
+def test_an_adapter_on_moe_experts_is_refused_naming_target_parameters():
+    from coreai_partitioner.adapters.config import adapter_of_peft_model
+
+    model = peft_model(tiny("qwen3_moe"), 5)  # PEFT targets the experts' gate_up_proj and down_proj as parameters
+    with pytest.raises(AdapterError, match=r"target_parameters=.*down_proj.*not a linear layer"):
+        adapter_of_peft_model(model)
+
+
 def test_read_adapter_takes_peft_s_ranks_and_scales(adapter_dirs):
     base, _, second = adapter_dirs
     adapter = read_adapter("facts", second, base.config)
@@ -191,19 +199,8 @@ def test_lower_decoder_takes_a_peft_model_keeping_its_adapter_low_rank(adapter_d
     assert type(model.get_base_model().model.layers[0].self_attn.q_proj).__module__.startswith("peft.")
 
 
-class WithPairs(torch.nn.Module):
-    """A quantized program's eager module (``lower_decoder``'s ``quantized_reference``) called with one adapter's
-    pairs: the step ``check.eager_logits`` feeds, its weights expanded once."""
-
-    def __init__(self, module: torch.nn.Module, inputs: list[torch.Tensor]) -> None:
-        from coreai_partitioner.quantize.weight_forms import expand_weights
-
-        super().__init__()
-        self.module = expand_weights(module)
-        self.inputs = inputs
-
-    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        return self.module(tokens, input_pos, *self.inputs)
+#: Transformers 5 holds an MoE's experts as 3-d parameters, which PEFT targets as target_parameters (refused).
+ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 def lowered_with_random_adapter(model_type: str, tmp_path: Path, dtype=torch.float32, **options):
@@ -211,7 +208,7 @@ def lowered_with_random_adapter(model_type: str, tmp_path: Path, dtype=torch.flo
     model, the adapter, the saved files and the programs."""
     from coreai_partitioner.adapters.config import adapter_of_peft_model
 
-    model = peft_model(tiny(model_type, dtype), 11)
+    model = peft_model(tiny(model_type, dtype), 11, target_modules=ATTENTION if "moe" in model_type else PROJECTIONS)
     adapter = adapter_of_peft_model(model)
     programs = lower_with_adapters(model.get_base_model(), options.pop("shapes", SHAPES), [adapter], **options)
     return model, adapter, programs.save(tmp_path / "model.pte"), programs
@@ -221,7 +218,7 @@ def lowered_with_random_adapter(model_type: str, tmp_path: Path, dtype=torch.flo
 @pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen3_5_text", "gemma3_text"], ids=["moe", "hybrid", "sliding"])
 def test_every_family_kind_takes_an_adapter_on_its_linear_layers_and_gives_peft_s_logits(model_type, tmp_path):
     model, adapter, files, _ = lowered_with_random_adapter(model_type, tmp_path)
-    assert len(adapter.layers) >= 6  # attention and MLP projections where they are nn.Linear (not MoE experts)
+    assert len(adapter.layers) >= 6  # attention (and MLP) projections
     assert_runs_as(verify.PteWithData(files["default"], files["data"]), check.reference(model, SHAPES))
 
 
@@ -251,12 +248,12 @@ def test_an_int4_base_keeps_its_adapter_in_fp16_and_gives_the_quantized_model_wi
     model, adapter, files, programs = lowered_with_random_adapter(
         "llama", tmp_path, torch.float16, quantize="int4", quantized_reference=quantized
     )
-    pairs = programs.slots.inputs(programs.slots.pairs_of(adapter, torch.float16))
+    pairs = programs.pairs("default")
     assert all(pair.dtype == torch.float16 for pair in pairs)
     assert files["default"].stat().st_size <= 1.1 * sum(p.nbytes for p in pairs) + 64_000
     fp32 = peft_model(tiny("llama"), 11)
     reference = check.reference(fp32, SHAPES)
-    eager = check.eager_logits(WithPairs(quantized[0], pairs), reference, SHAPES)
+    eager = check.eager_logits(WithPairs(quantized[0], pairs), reference, SHAPES)  # the quantized model, this adapter
     verify.reset_state()
     report = check.check(
         verify.PteWithData(files["default"], files["data"]), reference, SHAPES, eager=eager, dtype=torch.float16, quantize="int4"

@@ -43,7 +43,17 @@ class AdapterPrograms:
     kept: list[str]
     slots: AdapterSlots
     dtype: torch.dtype
+    sources: list[Adapter] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
+
+    def pairs(self, name: str | None = None) -> list[torch.Tensor]:
+        """The inputs the base (``None``) or adapter ``name`` binds, in slot order."""
+        if name is None:
+            return self.slots.inputs(self.slots.zero_pairs(self.dtype))
+        adapter = next((a for a in self.sources if a.name == name), None)
+        if adapter is None:
+            raise KeyError(f"no adapter {name!r}; the adapters: {', '.join(self.adapters) or 'none'}")
+        return self.slots.inputs(self.slots.pairs_of(adapter, self.dtype))
 
     def program(self, name: str | None = None) -> Any:
         """The base's (``None``) or adapter ``name``'s ``EdgeProgramManager``."""
@@ -110,6 +120,11 @@ def lower_with_adapters(
     from coreai_partitioner.lowering.bind import bind_inputs
     from coreai_partitioner.lowering.device import check_delegates
 
+    if not shapes.device and shapes.mode != "dynamic":
+        raise AdapterError(
+            f"adapters take the host form's dynamic shapes (each adapter's rank is a dimension of the program); "
+            f"shapes {shapes.mode!r} enumerate static functions: export with --shapes dynamic"
+        )
     names = [adapter.name for adapter in adapters]
     duplicated = {name for name in names if names.count(name) > 1}
     if duplicated:
@@ -144,7 +159,23 @@ def lower_with_adapters(
     base = bound(slots.zero_pairs(dtype))
     programs = {adapter.name: bound(slots.pairs_of(adapter, dtype)) for adapter in adapters}
     logger.info("lowered once for %d adapter(s) over %d slot(s), rank up to %d", len(adapters), len(paths), max_rank)
-    return AdapterPrograms(base, programs, kept, slots, dtype)
+    return AdapterPrograms(base, programs, kept, slots, dtype, list(adapters))
+
+
+class WithPairs(nn.Module):
+    """A quantized program's eager module (``lower_decoder``'s ``quantized_reference``, which takes each slot's pair
+    as inputs) called with one program's pairs: the decoder step ``check.eager_logits`` feeds, its compressed
+    weights expanded once."""
+
+    def __init__(self, module: nn.Module, inputs: Sequence[torch.Tensor]) -> None:
+        from coreai_partitioner.quantize.weight_forms import expand_weights
+
+        super().__init__()
+        self.module = expand_weights(module)
+        self.inputs = list(inputs)
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        return self.module(tokens, input_pos, *self.inputs)
 
 
 def edge_is_device(edge: Any) -> bool:

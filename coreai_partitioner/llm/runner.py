@@ -63,15 +63,14 @@ class Runner:
 
     def __init__(self, pte: str | os.PathLike, tokenizer: str | os.PathLike, data_path: str | os.PathLike | None = None) -> None:
         from coreai_partitioner import load_runtime_backend
+        from coreai_partitioner.backends.apple_coreai.runtime.pte import data_file_of
 
         with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads
             from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
         load_runtime_backend()
         self.pte = Path(pte)
-        data_path = data_path if data_path is not None else getattr(pte, "data", None)
-        if data_path is None and self.pte.with_suffix(".ptd").is_file():
-            data_path = self.pte.with_suffix(".ptd")
+        data_path = data_path if data_path is not None else data_file_of(pte)
         self._config = GenerationConfig
         streams = NativeStreams()
         try:

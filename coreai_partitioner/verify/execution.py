@@ -22,7 +22,9 @@ import torch
 
 from coreai_partitioner import _compat
 from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset
-from coreai_partitioner.backends.apple_coreai.runtime.pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
+from coreai_partitioner.backends.apple_coreai.runtime.pte import (
+    COREAI_BACKEND_IDS, asset_files, coreai_manifest, data_file_of, materialize, read_pte,
+)
 
 
 class UnsupportedProgram(ValueError):
@@ -275,10 +277,7 @@ def run(
         return _run_pte(bytes(program), inputs, method, sidecar_dir, data_path)
     if isinstance(program, (str, os.PathLike)):
         path = Path(program)
-        if data_path is None and isinstance(program, PteWithData):
-            data_path = program.data
-        if data_path is None and path.with_suffix(".ptd").is_file():
-            data_path = path.with_suffix(".ptd")
+        data_path = data_path if data_path is not None else data_file_of(program)
         return _run_pte(path, inputs, method, sidecar_dir if sidecar_dir is not None else path.parent, data_path)
     if hasattr(program, "exported_program"):
         return _run_in_memory(program, inputs, method, sidecar_dir)

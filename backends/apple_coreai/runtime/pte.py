@@ -169,6 +169,18 @@ class PteContents:
         return [d for d in self.delegates if d.is_coreai and method in (None, d.method)]
 
 
+def data_file_of(pte: Any) -> Path | None:
+    """The data file (``.ptd``) a ``.pte`` path runs with: the one a ``PteWithData`` carries, else the ``.ptd`` of
+    the same name beside it, if there is one (what ``save_pte`` writes for ``external_data``)."""
+    if isinstance(pte, (bytes, bytearray, memoryview)):
+        return None
+    carried = getattr(pte, "data", None)
+    if carried is not None:
+        return Path(carried)
+    beside = Path(pte).with_suffix(".ptd")
+    return beside if beside.is_file() else None
+
+
 def read_pte(pte: bytes | bytearray | str | os.PathLike, data_path: str | os.PathLike | None = None) -> PteContents:
     """Parse a serialized ``.pte`` (bytes or a path), with its data file (``.ptd``) if it has one.
 
@@ -181,9 +193,7 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike, data_path: str | os.Pat
         data = memoryview(pte)
     else:
         data = _mapped(pte)
-        data_path = data_path if data_path is not None else getattr(pte, "data", None)
-        if data_path is None and Path(pte).with_suffix(".ptd").is_file():
-            data_path = Path(pte).with_suffix(".ptd")
+        data_path = data_path if data_path is not None else data_file_of(pte)
     program, named_data = deserialize_pte_views(data)
     if data_path is not None:
         named_data = {**_compat.deserialize_ptd_views(_mapped(data_path)), **named_data}

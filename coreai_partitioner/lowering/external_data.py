@@ -84,6 +84,7 @@ def write_program(program: Any, pte: str | os.PathLike, *, with_data: bool = Tru
         for kind, target in targets.items():
             handle, temporary = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".partial")
             pending[kind] = temporary
+            os.chmod(temporary, 0o666 & ~_umask())  # what open() would give the file; mkstemp's is 0600
             with os.fdopen(handle, "wb") as file:
                 if kind == "pte":
                     program.write_to_file(file)
@@ -96,3 +97,9 @@ def write_program(program: Any, pte: str | os.PathLike, *, with_data: bool = Tru
             Path(temporary).unlink(missing_ok=True)
         raise
     return targets
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

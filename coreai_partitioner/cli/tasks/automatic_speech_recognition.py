@@ -38,7 +38,9 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import DTYPES, Phases, Plan, checkpoint_generation, describe_tokenizer, refuse_other_task
+from coreai_partitioner.cli.export import (
+    DTYPES, Phases, Plan, checkpoint_generation, describe_tokenizer, partitioner_options, refuse_other_task,
+)
 
 NAME = "automatic-speech-recognition"
 MODEL = "AutoModelForSpeechSeq2Seq"
@@ -203,7 +205,7 @@ def lower(plan: SpeechPlan, model: torch.nn.Module, verified: Any, phases: Phase
             with phases(f"reference ({plan.precision})"):  # the eager model the .pte is lowered from is its judge
                 eager = reference(plan, model)
     speech = adapt(model, plan.args.max_context_len)
-    lowered = lower_speech(model, target=plan.args.target, speech=speech, phases=phases.seconds, debug_info=plan.args.debug_info)
+    lowered = lower_speech(model, target=plan.args.target, speech=speech, phases=phases.seconds, **partitioner_options(plan.args))
     return lowered, eager
 
 

@@ -29,7 +29,9 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.cli.export import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, refuse_other_task
+from coreai_partitioner.cli.export import (
+    Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options, refuse_other_task,
+)
 
 NAME = "image-classification"
 MODEL = "AutoModelForImageClassification"
@@ -123,7 +125,7 @@ def lower(plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> 
 
     eager = eager_at_dtype(plan, verified, forward_of(model), phases)
     with phases("export and lower"):
-        lowered = lower_image_classifier(model, debug_info=plan.args.debug_info)
+        lowered = lower_image_classifier(model, **partitioner_options(plan.args))
     return lowered, eager
 
 

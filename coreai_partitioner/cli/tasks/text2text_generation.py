@@ -35,7 +35,9 @@ from typing import Any
 import torch
 
 from coreai_partitioner import console
-from coreai_partitioner.cli.export import Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer, refuse_other_task
+from coreai_partitioner.cli.export import (
+    Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options, refuse_other_task,
+)
 
 NAME = "text2text-generation"
 MODEL = "AutoModelForSeq2SeqLM"
@@ -171,7 +173,7 @@ def lower(plan: Text2TextPlan, model: torch.nn.Module, verified: Any, phases: Ph
                 eager = reference(plan, model)
     text2text = adapt(model, plan.max_decode_len, plan.max_input_len)
     lowered = lower_text2text(
-        model, target=plan.args.target, text2text=text2text, phases=phases.seconds, debug_info=plan.args.debug_info
+        model, target=plan.args.target, text2text=text2text, phases=phases.seconds, **partitioner_options(plan.args)
     )
     return lowered, eager
 

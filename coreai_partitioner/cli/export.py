@@ -285,15 +285,25 @@ def model_config(task: Task, args: argparse.Namespace) -> Any:
         return task.tiny_config(args.config)
     from transformers import AutoConfig
 
-    if (args.checkpoint / "adapter_config.json").is_file() and not (args.checkpoint / "config.json").is_file():
-        raise CommandError(
-            f"--checkpoint {args.checkpoint} is a PEFT adapter, not a model: give its base model as --checkpoint "
-            f"and the adapter as --adapter {args.checkpoint} (text-generation)"
-        )
-    if not (args.checkpoint / "config.json").is_file():
-        what = "no such directory" if not args.checkpoint.is_dir() else "no config.json in it"
-        raise CommandError(f"--checkpoint {args.checkpoint}: {what}; give a local Hugging Face checkpoint directory")
+    try:
+        config_file(args.checkpoint)
+    except UnknownTask as error:
+        raise CommandError(str(error)) from None
     return AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
+
+
+def config_file(checkpoint: Path) -> Path:
+    """``checkpoint``'s ``config.json``; refused naming what the directory is instead (none, a PEFT adapter)."""
+    path = checkpoint / "config.json"
+    if (checkpoint / "adapter_config.json").is_file() and not path.is_file():
+        raise UnknownTask(
+            f"--checkpoint {checkpoint} is a PEFT adapter, not a model: give its base model as --checkpoint and "
+            f"the adapter as --adapter {checkpoint} (text-generation)"
+        )
+    if not path.is_file():
+        what = "no such directory" if not checkpoint.is_dir() else "no config.json in it"
+        raise UnknownTask(f"--checkpoint {checkpoint}: {what}; give a local Hugging Face checkpoint directory")
+    return path
 
 
 def refuse_other_task(name: str, args: argparse.Namespace, config: Any) -> None:
@@ -463,7 +473,7 @@ def export(task: Task, plan: Plan, staging: Path) -> None:
     del model
     if verified is not None:
         verify_pte(task, plan, files["model"], verified, eager)
-    for path in files.values():
+    for name, path in sorted(files.items(), key=lambda item: item[0] == "model"):  # the .pte last: it needs the rest
         path.replace(args.out.with_name(path.name))
     written = task.companions(plan, args.out.parent)
     beside = [args.out.with_name(path.name) for name, path in files.items() if name != "model"] + written
@@ -620,10 +630,7 @@ def _bare_encoder(model_type: str | None) -> str:
 def _checkpoint_task(checkpoint: Path) -> str:
     """The task of a checkpoint directory: what its files beside ``config.json`` say (:func:`_task_of_files`), else
     :func:`task_of` its config."""
-    path = checkpoint / "config.json"
-    if not path.is_file():
-        what = "no such directory" if not checkpoint.is_dir() else "no config.json in it"
-        raise UnknownTask(f"--checkpoint {checkpoint}: {what}; give a local Hugging Face checkpoint directory")
+    path = config_file(checkpoint)
     try:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as error:

@@ -6,7 +6,7 @@
 
 ``families``: each family's tiny random model (``llm.tiny_config``, fp32)
 with a random LoRA adapter (B not zero) on every linear layer PEFT's
-``all-linear`` finds, lowered once with :func:`llm.adapters.lower_with_adapters`
+``all-linear`` finds, lowered once with :func:`llm.lower_with_adapters`
 (host form), the adapter's ``.pte`` run over the base's ``.ptd`` in
 ExecuTorch's runtime against PEFT's own logits (adapter active, unmerged).
 
@@ -52,7 +52,7 @@ def families() -> list[dict[str, Any]]:
     from coreai_partitioner import llm, verify
     from coreai_partitioner.adapters.config import adapter_of_peft_model
     from coreai_partitioner.llm import check
-    from coreai_partitioner.llm.adapters import lower_with_adapters
+    from coreai_partitioner.llm.export import lower_with_adapters
 
     shapes = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
     rows = []

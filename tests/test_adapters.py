@@ -24,7 +24,8 @@ from llm_helpers import tiny  # noqa: E402
 from coreai_partitioner import llm, verify  # noqa: E402
 from coreai_partitioner.adapters.config import AdapterError, check_adapter_config, parse_adapter_argument, read_adapter  # noqa: E402
 from coreai_partitioner.llm import check  # noqa: E402
-from coreai_partitioner.llm.adapters import WithPairs, lower_with_adapters  # noqa: E402
+from coreai_partitioner.llm.adapters import WithPairs  # noqa: E402
+from coreai_partitioner.llm.export import lower_with_adapters  # noqa: E402
 
 SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

@@ -21,7 +21,7 @@ from coreai_partitioner.cli import export  # noqa: E402
 from coreai_partitioner.cli.main import main  # noqa: E402
 
 #: A tiny config of each task: text generation, vision-language, speech, text-to-text, the encoders.
-CONFIGS = ["llama", "gemma3", "whisper", "t5", "bert", "sentence-bert", "vit"]
+CONFIGS = ["llama", "llava", "whisper", "t5", "bert", "sentence-bert", "vit"]
 
 
 def weights_in(pte: bytes, model: torch.nn.Module, dtype: torch.dtype) -> list[str]:

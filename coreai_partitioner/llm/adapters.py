@@ -1,10 +1,10 @@
 """One base decoder, many LoRA adapters: lowered once, a ``.pte`` per adapter over one shared ``.ptd``.
 
-:func:`lower_with_adapters` puts an adapter slot on every linear layer any
+:func:`~coreai_partitioner.llm.export.lower_with_adapters` puts an adapter slot on every linear layer any
 of the adapters targets (:mod:`coreai_partitioner.adapters.slots`), lowers
 the decoder once with the slots' pairs as inputs and the weights in a data
-file (``external_data``), then binds each adapter's pairs, and the base's
-zero pairs, as constants of a program of its own
+file (``external_data``); :func:`bind_adapters` then binds each adapter's
+pairs, and the base's zero pairs, as constants of a program of its own
 (:func:`~coreai_partitioner.lowering.bind.bind_inputs`).  Every program calls
 the same Core AI asset: the ``.ptd`` holds the base weights once, each
 adapter's ``.pte`` holds its own ``A`` and ``B`` and the graph.
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.adapters.config import Adapter, AdapterError, adapter_of_peft_model
-from coreai_partitioner.adapters.slots import AdapterSlots, adapter_slots
+from coreai_partitioner.adapters.config import Adapter, AdapterError
+from coreai_partitioner.adapters.slots import AdapterSlots
 
 logger = logging.getLogger(__name__)
 
@@ -99,48 +99,12 @@ def _data_sizes(files: Mapping[str, Any]) -> dict[str, int]:
     return {name: len(data) for name, data in files.items()}
 
 
-def lower_with_adapters(
-    model: nn.Module,
-    shapes: Any,
-    adapters: Sequence[Adapter],
-    *,
-    max_rank: int | None = None,
-    **options: Any,
-) -> AdapterPrograms:
-    """``model`` (a transformers causal LM) lowered once with a slot for every layer ``adapters`` target; the
-    base program and one program per adapter.
-
-    ``options`` are :func:`~coreai_partitioner.llm.export.lower_decoder`'s
-    (``quantize`` compresses the base weights; the pairs stay in the
-    model's floating dtype).  ``max_rank`` (default: the largest rank of
-    ``adapters``) bounds the rank a slot takes.  The weights go to the data
-    file whatever ``external_data`` says: that is what lets the programs share them.
-    """
-    from coreai_partitioner.llm.export import lower_decoder
+def bind_adapters(edge: Any, slots: AdapterSlots, adapters: Sequence[Adapter], shapes: Any, dtype: torch.dtype) -> AdapterPrograms:
+    """``edge`` (lowered with ``slots``' pairs as inputs of ``forward`` after ``tokens`` and ``input_pos``) bound to
+    the base's zero pairs and to each adapter's: the :class:`AdapterPrograms` over its delegates."""
     from coreai_partitioner.lowering.bind import bind_inputs
     from coreai_partitioner.lowering.device import check_delegates
 
-    if not shapes.device and shapes.mode != "dynamic":
-        raise AdapterError(
-            f"adapters take the host form's dynamic shapes (each adapter's rank is a dimension of the program); "
-            f"shapes {shapes.mode!r} enumerate static functions: export with --shapes dynamic"
-        )
-    names = [adapter.name for adapter in adapters]
-    duplicated = {name for name in names if names.count(name) > 1}
-    if duplicated:
-        raise AdapterError(f"two adapters are named {sorted(duplicated)[0]!r}; name them apart with NAME=DIR")
-    targeted = {path for adapter in adapters for path in adapter.layers}
-    paths = [path for path, _ in model.named_modules() if path in targeted]
-    largest = max((layer.rank for adapter in adapters for layer in adapter.layers.values()), default=1)
-    max_rank = max_rank or largest
-    if max_rank < largest:
-        raise AdapterError(f"max_rank={max_rank} is below the adapters' largest rank, {largest}")
-    options = {**options, "external_data": True}
-    with adapter_slots(model, paths, max_rank) as slots:
-        dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
-        for adapter in adapters:
-            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
-        edge = lower_decoder(model, shapes, slots=slots, **options)
     device = edge_is_device(edge)
     kept: list[str] = []
 
@@ -158,8 +122,25 @@ def lower_with_adapters(
 
     base = bound(slots.zero_pairs(dtype))
     programs = {adapter.name: bound(slots.pairs_of(adapter, dtype)) for adapter in adapters}
-    logger.info("lowered once for %d adapter(s) over %d slot(s), rank up to %d", len(adapters), len(paths), max_rank)
+    logger.info("lowered once for %d adapter(s) over %d slot(s), rank up to %d", len(adapters), len(slots.layers), slots.max_rank)
     return AdapterPrograms(base, programs, kept, slots, dtype, list(adapters))
+
+
+def check_adapters(adapters: Sequence[Adapter], shapes: Any, max_rank: int | None) -> int:
+    """Refuse what a lowering with ``adapters`` cannot take, before any work; the largest rank a slot takes."""
+    if not shapes.device and shapes.mode != "dynamic":
+        raise AdapterError(
+            f"adapters take the host form's dynamic shapes (each adapter's rank is a dimension of the program); "
+            f"shapes {shapes.mode!r} enumerate static functions: export with --shapes dynamic"
+        )
+    names = [adapter.name for adapter in adapters]
+    duplicated = {name for name in names if names.count(name) > 1}
+    if duplicated:
+        raise AdapterError(f"two adapters are named {sorted(duplicated)[0]!r}; name them apart with NAME=DIR")
+    largest = max((layer.rank for adapter in adapters for layer in adapter.layers.values()), default=1)
+    if max_rank is not None and max_rank < largest:
+        raise AdapterError(f"max_rank={max_rank} is below the adapters' largest rank, {largest}")
+    return max_rank or largest
 
 
 class WithPairs(nn.Module):
@@ -183,18 +164,3 @@ def edge_is_device(edge: Any) -> bool:
     from coreai_partitioner.lowering.device import DEVICE_BACKEND_ID, lowered_modules
 
     return any(module.backend_id == DEVICE_BACKEND_ID for _, module in lowered_modules(edge))
-
-
-def lower_peft_model(model: nn.Module, shapes: Any, **options: Any) -> Any:
-    """A ``PeftModel``'s active LoRA adapter lowered low rank over its base: the adapter's ``EdgeProgramManager``.
-
-    PEFT's layers are left as they are; the base model's linear layers take
-    the adapter's pairs as constants (:func:`lower_with_adapters`).
-    """
-    if getattr(model, "peft_type", None) is not None and str(model.peft_type).upper().rsplit(".", 1)[-1] != "LORA":
-        raise AdapterError(f"PeftModel of peft_type {model.peft_type}: only LoRA adapters are lowered")
-    adapter = adapter_of_peft_model(model)
-    reference = options.pop("quantized_reference", None)
-    if reference is not None:
-        raise AdapterError("quantized_reference is not taken with a PeftModel; check the program against PEFT's model")
-    return lower_with_adapters(model.get_base_model(), shapes, [adapter], **options).program(adapter.name)

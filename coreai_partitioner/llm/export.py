@@ -145,8 +145,8 @@ def lower_decoder(
     makes a delegate of every ``N`` layers, each a function of the one asset.
 
     A ``PeftModel`` is lowered with its active LoRA adapter kept low rank
-    beside the base layers (:func:`coreai_partitioner.llm.adapters.lower_peft_model`).
-    ``slots`` (:func:`coreai_partitioner.llm.adapters.lower_with_adapters`'s) makes each adapter slot's
+    beside the base layers (:func:`lower_peft_model`).
+    ``slots`` (:func:`lower_with_adapters`'s) makes each adapter slot's
     pair an input of ``forward``.  ``external_data=True`` (a partitioner option) keeps the weights out of the
     ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
     """
@@ -154,8 +154,6 @@ def lower_decoder(
     from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_program
 
     if _is_peft_model(model):
-        from coreai_partitioner.llm.adapters import lower_peft_model
-
         return lower_peft_model(
             model, shapes, full_logits=full_logits, quantize=quantize, keep_float=keep_float,
             quantized_reference=quantized_reference, target=target, graph_breaks=graph_breaks, **partitioner_options,
@@ -228,6 +226,59 @@ def _lower_device(
 def _is_peft_model(model: Any) -> bool:
     """Whether ``model`` is PEFT's ``PeftModel`` (by its class's module: PEFT need not be installed)."""
     return any(cls.__module__.startswith("peft.") and cls.__name__ == "PeftModel" for cls in type(model).__mro__)
+
+
+def lower_with_adapters(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    adapters: Sequence[Any],
+    *,
+    max_rank: int | None = None,
+    **options: Any,
+):
+    """``model`` (a transformers causal LM) lowered once with a slot for every layer ``adapters`` target; the
+    base program and one program per adapter (:class:`~coreai_partitioner.llm.adapters.AdapterPrograms`;
+    its ``save`` writes ``model.pte``, ``model.ptd`` and ``NAME.pte``).
+
+    ``options`` are :func:`lower_decoder`'s (``quantize`` compresses the base
+    weights; the pairs stay in the model's floating dtype).  ``max_rank``
+    (default: the largest rank of ``adapters``) bounds the rank a slot
+    takes.  The weights go to the data file whatever ``external_data`` says:
+    that is what lets the programs share them.
+    """
+    from coreai_partitioner.adapters.slots import adapter_slots
+    from coreai_partitioner.llm.adapters import bind_adapters, check_adapters
+
+    target = options.pop("target", None)
+    if target is not None and target != shapes.target:
+        shapes = dataclasses.replace(shapes, target=target)
+    max_rank = check_adapters(adapters, shapes, max_rank)
+    targeted = {path for adapter in adapters for path in adapter.layers}
+    paths = [path for path, _ in model.named_modules() if path in targeted]
+    dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+    with adapter_slots(model, paths, max_rank) as slots:
+        for adapter in adapters:
+            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
+        edge = lower_decoder(model, shapes, slots=slots, **{**options, "external_data": True})
+    return bind_adapters(edge, slots, adapters, shapes, dtype)
+
+
+def lower_peft_model(model: nn.Module, shapes: DecoderShapes, **options: Any):
+    """A ``PeftModel``'s active LoRA adapter lowered low rank over its base: the adapter's ``EdgeProgramManager``.
+
+    PEFT's layers are left as they are; the base model's linear layers take
+    the adapter's pairs as constants (:func:`lower_with_adapters`).
+    """
+    from coreai_partitioner.adapters.config import AdapterError, adapter_of_peft_model
+
+    if str(getattr(model, "peft_type", "LORA")).upper().rsplit(".", 1)[-1] != "LORA":
+        raise AdapterError(f"PeftModel of peft_type {model.peft_type}: only LoRA adapters are lowered")
+    if options.pop("quantized_reference", None) is not None:
+        raise AdapterError(
+            "quantized_reference is not taken with a PeftModel: lower_with_adapters(..., quantized_reference=) takes it"
+        )
+    adapter = adapter_of_peft_model(model)
+    return lower_with_adapters(model.get_base_model(), shapes, [adapter], **options).program(adapter.name)
 
 
 @dataclass(frozen=True)

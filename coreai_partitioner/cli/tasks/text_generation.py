@@ -247,9 +247,10 @@ def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases)
 
 
 def lower_adapters(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The base and every adapter lowered once (:func:`~coreai_partitioner.llm.adapters.lower_with_adapters`);
+    """The base and every adapter lowered once (:func:`~coreai_partitioner.llm.export.lower_with_adapters`);
     under ``--verify`` each program's eager logits where the fp32 reference is not its eager model's."""
-    from coreai_partitioner.llm.adapters import WithPairs, lower_with_adapters
+    from coreai_partitioner.llm.adapters import WithPairs
+    from coreai_partitioner.llm.export import lower_with_adapters
     from coreai_partitioner.llm.check import eager_logits
 
     eager: dict = {}

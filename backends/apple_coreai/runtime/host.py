@@ -410,6 +410,7 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
             request.files[i].path.decode(): _view(request.files[i].data, request.files[i].nbytes)
             for i in range(request.num_files)
         }
+        # Every program's bytes are checked; the asset is compiled once for every program over one data file.
         _check_bundle(manifest, [(path, manifest["files"][path], [files[path]]) for path in manifest["files"]])
         asset = _shared_asset(manifest, lambda: _load_inline(manifest, files))
         initial = initial_values(manifest, lambda path: bytes(files[path]))
@@ -719,11 +720,16 @@ def load_program(
     Sidecar assets are read from ``sidecar_dir``, by default the ``.pte``'s
     own directory (or ``$COREAI_SIDECAR_DIR`` for bytes).  ``data_path`` is
     the program's data file (``.ptd``, ExecuTorch's ``data_path``): the
-    weights of a program lowered with ``external_data``.
+    weights of a program lowered with ``external_data``; for a path it
+    defaults to the ``.ptd`` beside it (:func:`~.pte.data_file_of`).
     """
     from executorch.runtime import Runtime
 
+    from .pte import data_file_of
+
     load_runtime_backend()
+    if data_path is None:
+        data_path = data_file_of(pte)
     if isinstance(pte, (str, os.PathLike)) and sidecar_dir is None:
         sidecar_dir = Path(pte).resolve().parent
     if sidecar_dir is None:

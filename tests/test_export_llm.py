@@ -75,7 +75,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     import inspect
 
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli import export, flags
     from coreai_partitioner.cli.tasks import text_generation
     from coreai_partitioner.quantize.schemes import SCHEMES
 
@@ -84,7 +84,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none"}
     keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
-    assert parser.get_default("quantize") is None and set(export._flags()["--quantize"]["choices"]) == set(SCHEMES)
+    assert parser.get_default("quantize") is None and set(flags.definitions()["--quantize"]["choices"]) == set(SCHEMES)
 
 
 @pytest.mark.parametrize("command", [["export-llm"], ["export", "--task", "text-generation"], ["verify"], ["inspect"], ["export-optimum"], []])

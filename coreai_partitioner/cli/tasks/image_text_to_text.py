@@ -37,9 +37,15 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import Phases, Plan, copy_beside, describe_tokenizer, first_layers, tokenizer_beside
+from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_tokenizer, first_layers, tokenizer_beside
 
 NAME = "image-text-to-text"
+DETECT = Detection(
+    takes="a *ForImageTextToText, or a *ForConditionalGeneration with a vision_config, or a VLM family's model_type",
+    heads=(Head("ForConditionalGeneration", key="vision_config"), Head("ForImageTextToText")),
+    model_types=lambda: tiny_configs(),  # a tiny model per family, named by the model type the family adapts
+)
 MODEL = "AutoModelForImageTextToText"
 RUNNER = "MultimodalRunner"
 FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "--no-tokenizer", "--generate", "--new-tokens")

@@ -68,6 +68,8 @@ class Detection:
     model_types: Iterable[str] | Callable[[], Iterable[str]] = ()  # its families' model types (a function: read late)
     files: tuple[str, ...] = ()  # a file of these beside config.json makes a checkpoint this task's, whatever its head
     refusal_hint: Callable[[str | None], str] | None = None  # a sentence ending the refusal of a model type it knows
+    # Refuses (raises) another task's config in the task's own words, before the command's refusal says its task.
+    own_refusal: Callable[[Any], None] | None = None
 
     def adapts(self, model_type: str) -> bool:
         types = self.model_types() if callable(self.model_types) else self.model_types
@@ -146,7 +148,8 @@ def config_task(name: str) -> str:
 
 def refuse_other_task(name: str, args: argparse.Namespace, config: Any) -> None:
     """Refuse a ``--checkpoint`` whose files or config are another task's than ``name`` (``--task`` or the command
-    named it), with the command that picks its own."""
+    named it): in the task's own words where it has them (``DETECT.own_refusal``), else with the command that picks
+    its own."""
     if not args.checkpoint:
         return
     try:
@@ -154,6 +157,8 @@ def refuse_other_task(name: str, args: argparse.Namespace, config: Any) -> None:
     except UnknownTask as error:
         raise CommandError(str(error)) from None
     if found != name:
+        if tasks()[name].DETECT.own_refusal is not None:
+            tasks()[name].DETECT.own_refusal(config)
         raise CommandError(
             f"--checkpoint {args.checkpoint} is a {found} checkpoint, not {name}; export it with "
             f"`python -m coreai_partitioner export --checkpoint {args.checkpoint}` (which picks its task)"

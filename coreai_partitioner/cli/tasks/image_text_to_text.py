@@ -45,11 +45,19 @@ DETECT = Detection(
     takes="a *ForImageTextToText, or a *ForConditionalGeneration with a vision_config, or a VLM family's model_type",
     heads=(Head("ForConditionalGeneration", key="vision_config"), Head("ForImageTextToText")),
     model_types=lambda: tiny_configs(),  # a tiny model per family, named by the model type the family adapts
+    own_refusal=lambda config: not_a_vision_language_model(config),
 )
 MODEL = "AutoModelForImageTextToText"
 RUNNER = "MultimodalRunner"
 FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "--no-tokenizer", "--generate", "--new-tokens")
 DEFAULTS: dict[str, Any] = {}
+
+
+def not_a_vision_language_model(config: Any) -> None:
+    """Refuse a checkpoint of another task in this task's words: a text-only model is text generation's."""
+    from coreai_partitioner.vision import family_of
+
+    family_of(config)
 
 
 def tiny_configs() -> list[str]:

@@ -25,6 +25,7 @@ setup(
         "coreai_partitioner.partition.claims",
         "coreai_partitioner.lowering",
         "coreai_partitioner.quantize",
+        "coreai_partitioner.adapters",
         "coreai_partitioner.recipes",
         "coreai_partitioner.verify",
         "coreai_partitioner.llm",
@@ -60,8 +61,10 @@ setup(
     ],
     extras_require={
         # gguf and accelerate load the real trained checkpoint the tests use (tests/real_checkpoint.py).
-        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0"],
+        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0", "peft==0.21.2"],
         "quantize": ["coreai-opt==0.4.0"],
+        # PEFT LoRA adapters over one base (export --adapter); the test extra trains two (tests/real_adapters.py).
+        "adapters": ["peft==0.21.2"],
         # Tested on 5.24.0 and on 5.0.0rc1 (what optimum-executorch 1.1.0 pins): tests/test_transformers_rc1.py.
         "hf": ["transformers>=5.0.0rc1,<=5.24.0"],
         "bench": ["matplotlib>=3.8"],

@@ -160,6 +160,57 @@ def upper_bound(size: Any) -> int | None:
     return int(upper) if upper.is_finite else None
 
 
+def fake_tensor_mode_of(program: Any) -> Any:
+    """The fake-tensor mode ``program``'s placeholders were traced in (a new one if none)."""
+    from torch._guards import detect_fake_mode
+
+    values = [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder"]
+    return detect_fake_mode([value for value in values if isinstance(value, torch.Tensor)]) or fake_mode()
+
+
+def graph_signature_with_inputs(signature: Any, input_specs: list) -> Any:
+    """``signature`` with ``input_specs`` in place of its own (``ExportGraphSignature`` is a dataclass)."""
+    import dataclasses
+
+    return dataclasses.replace(signature, input_specs=list(input_specs))
+
+
+def exported_program_like(program: Any, graph_module: Any, signature: Any, constants: dict) -> Any:
+    """An ``ExportedProgram`` of ``program``'s kind (dialect, verifiers) over another graph, signature and constants.
+
+    Range constraints keep only the symbols the new graph's placeholders still have.
+    """
+    from torch.export import ExportedProgram
+
+    symbols = set()
+    for node in graph_module.graph.nodes:
+        value = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(value, torch.Tensor):
+            for size in value.shape:
+                if isinstance(size, torch.SymInt):
+                    symbols |= size.node.expr.free_symbols
+    return ExportedProgram(
+        root=graph_module,
+        graph=graph_module.graph,
+        graph_signature=signature,
+        state_dict=program.state_dict,
+        range_constraints={key: value for key, value in program.range_constraints.items() if key in symbols},
+        module_call_graph=program.module_call_graph,
+        example_inputs=None,
+        constants=constants,
+        verifiers=list(program.verifiers),
+    )
+
+
+def edge_manager_like(edge: Any, programs: dict) -> Any:
+    """An ``EdgeProgramManager`` of ``edge``'s class, constant methods and configs over other edge ``programs``."""
+    import copy
+
+    manager = copy.copy(edge)  # the class and its configs; EdgeProgramManager(...) would verify every program again
+    manager._edge_programs = dict(programs)
+    return manager
+
+
 def fake_mode() -> Any:
     """A fake-tensor mode with a shape environment, taking real (or meta) tensors as inputs."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -267,6 +318,12 @@ class TorchConverterBase(TorchConverter):
     def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
         made = self.constant(tensor, self._location)
         return super()._constant_from_tensor(tensor) if made is None else made
+
+
+def tensor_data_files(program: Any) -> dict[str, Any]:
+    """The data files (``.ptd``) an ``ExecutorchProgramManager`` serialized, by name: what its
+    ``write_tensor_data_to_file`` writes (ExecuTorch 1.5.1 keeps them in ``_tensor_data``)."""
+    return dict(getattr(program, "_tensor_data", None) or {})
 
 
 def base_compile_specs(partitioner: Any) -> list:
@@ -442,6 +499,20 @@ def deserialize_pte_views(data: memoryview) -> tuple[Any, dict[str, memoryview]]
     segments = [data[base + s.offset : base + s.offset + s.size] for s in program.segments]
     program = _executorch("_restore_delegates")(program, segments)
     return program, {entry.key: segments[entry.segment_index] for entry in program.named_data or ()}
+
+
+def deserialize_ptd_views(data: memoryview) -> dict[str, memoryview]:
+    """A data file's (``.ptd``, ExecuTorch's flat tensor format) named data as views of ``data``, not copies."""
+    from executorch.extension.flat_tensor.serialize import serialize as flat_tensor
+
+    header = flat_tensor.FlatTensorHeader.from_bytes(bytes(data[8 : 8 + flat_tensor.FlatTensorHeader.EXPECTED_LENGTH]))
+    if not header.is_valid():
+        raise ValueError("not an ExecuTorch data file (.ptd): its header is not the flat tensor format's")
+    table = bytes(data[: header.flatbuffer_offset + header.flatbuffer_size])  # the flatbuffer's root is at 0
+    contents = flat_tensor._deserialize_to_flat_tensor(table)
+    base = header.segment_base_offset
+    segments = [data[base + s.offset : base + s.offset + s.size] for s in contents.segments]
+    return {entry.key: segments[entry.segment_index] for entry in contents.named_data}
 
 
 def t5_relative_position_bucket(attention: Any, relative: torch.Tensor, *, bidirectional: bool) -> torch.Tensor:

@@ -125,3 +125,11 @@ def real_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from real_checkpoint import smollm2_checkpoint
 
     return smollm2_checkpoint(tmp_path_factory.mktemp("real") / "smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def real_adapters(real_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two PEFT LoRA adapters over ``real_checkpoint``, each trained on a made-up fact (tests/real_adapters.py)."""
+    from real_adapters import trained_adapters
+
+    return trained_adapters(tmp_path_factory.mktemp("adapters"), real_checkpoint)

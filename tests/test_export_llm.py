@@ -81,7 +81,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
 
     parser = export.build_parser(text_generation)
     options = text_generation.lowering_options(parser.parse_args(["--quantize", "int4", "--full-logits"]))
-    assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none"}
+    assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none", "external_data": False}
     keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
     assert parser.get_default("quantize") is None and set(flags.definitions()["--quantize"]["choices"]) == set(SCHEMES)

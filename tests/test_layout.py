@@ -15,7 +15,7 @@ PACKAGE = ROOT / "coreai_partitioner"
 #: The stages in the order a record and a model go through them; a module imports only its own stage and the
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
 STAGES = (
-    "root", "records", "backends", "partition", "quantize", "lowering", "verify", "seq2seq", "blocks", "decoder", "llm",
+    "root", "records", "backends", "partition", "quantize", "adapters", "lowering", "verify", "seq2seq", "blocks", "decoder", "llm",
     "vision", "speech", "text2text", "text_encoder", "image_classification", "recipes", "cli",
 )
 

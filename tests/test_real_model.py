@@ -127,7 +127,9 @@ def chat_answer(stdout: str) -> str:
 
 @pytest.fixture(scope="module")
 def fp16_command(real_checkpoint, tmp_path_factory):
-    command = Command.start(tmp_path_factory.mktemp("fp16"), *chat_flags(real_checkpoint, "--dtype", "fp16", "--verify"))
+    command = Command.start(
+        tmp_path_factory.mktemp("fp16"), *chat_flags(real_checkpoint, "--dtype", "fp16", "--verify", "--external-data")
+    )
     yield command
     command.stop()
 
@@ -332,9 +334,12 @@ def test_llm_check_passes_the_real_models_pte_and_fails_it_against_its_broken_tw
 # ---------------------------------------------------------------- fp16, what a device ships
 
 
-def test_a_real_fp16_export_with_verify_passes_writes_its_pte_and_answers_as_hf_fp16_does(fp16_command, hf_answers):
+def test_a_real_fp16_export_with_verify_and_external_data_passes_and_answers_as_hf_fp16_does(fp16_command, hf_answers):
     done = fp16_command.wait()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tolerance of the runtime's fp16 arithmetic" in done.stdout and "\nok\n" in done.stdout, done.stdout
-    assert f"wrote {fp16_command.pte} and tokenizer.json" in done.stdout and fp16_command.pte.is_file()
+    assert f"wrote {fp16_command.pte} and model.ptd, tokenizer.json" in done.stdout and fp16_command.pte.is_file()
     assert chat_answer(done.stdout) == hf_answers["fp16"][0] == ANSWER, done.stdout
+    # --external-data: the weights are in model.ptd; the .pte keeps the graph, at most 2% of the weights' bytes.
+    weights = int(re.search(r"weights ([\d,]+) bytes", done.stdout).group(1).replace(",", ""))
+    assert fp16_command.pte.stat().st_size <= 0.02 * weights, done.stdout

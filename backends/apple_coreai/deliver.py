@@ -37,6 +37,22 @@ def sidecar_dir(compile_specs: list[CompileSpec]) -> str | None:
     return directory
 
 
+#: The tag of the one data file every external entry goes to (``external_data=True``); the ``.ptd`` is named
+#: after the ``.pte`` when written.
+DATA_TAG = "model"
+
+#: Compile spec naming the data file (``<tag>.ptd``) an inline asset's named data goes to; absent: the ``.pte``.
+EXTERNAL_DATA_KEY = "coreai_partitioner.external_data"
+
+
+def external_data_tag(compile_specs: list[CompileSpec]) -> str | None:
+    """The data file's tag the partitioner asked for (``CoreAIPartitioner(external_data=...)``), or None."""
+    for spec in compile_specs:
+        if spec.key == EXTERNAL_DATA_KEY:
+            return spec.value.decode("utf-8")
+    return None
+
+
 def deliver_aot_compiled(
     aimodel: Path, model_hash: str, compile_specs: list[CompileSpec], sidecar: str | None, bindings: dict[str, Any]
 ) -> PreprocessResult:
@@ -64,6 +80,7 @@ def deliver_aot_compiled(
             },
         },
         sidecar,
+        external_tag=external_data_tag(compile_specs),
     )
 
 
@@ -74,17 +91,20 @@ def deliver(
     manifest_extra: dict[str, Any],
     sidecar: str | None,
     beside: Path | None = None,
+    external_tag: str | None = None,
 ) -> PreprocessResult:
     """Upstream's ``_deliver``: ship the bundles in ``root`` inline or as a sidecar, with their manifest.
 
     ``beside`` holds files that travel with the asset under ``<hash>/`` but
     belong to no bundle (initial state values): named data
     ``coreai/<hash>/<path>`` inline, ``<hash>/<path>`` in the sidecar,
-    outside ``files`` and ``bundle_digests``.
+    outside ``files`` and ``bundle_digests``.  ``external_tag`` puts the
+    inline named data in the data file ``<external_tag>.ptd`` instead of the
+    ``.pte`` (:func:`external_data_tag`).
     """
     manifest = {"packaging": packaging.value, "hash": model_hash, **manifest_extra}
     if sidecar is None:
-        return deliver_inline(root, model_hash, manifest, beside)
+        return deliver_inline(root, model_hash, manifest, beside, external_tag)
     return deliver_sidecar(root, model_hash, manifest, sidecar, beside)
 
 
@@ -144,7 +164,7 @@ class KernelCopiedData(_compat.FileBackedData):
 
 
 def deliver_inline(
-    root: Path, model_hash: str, manifest: dict[str, Any], beside: Path | None = None
+    root: Path, model_hash: str, manifest: dict[str, Any], beside: Path | None = None, external_tag: str | None = None
 ) -> PreprocessResult:
     """The inline half of upstream's ``_deliver``, with the asset's large files left on disk.
 
@@ -155,6 +175,9 @@ def deliver_inline(
     the NamedDataStore streams it into the ``.pte`` at ``write_to_file`` and
     deletes it when the lowered program is released.  Keys, alignment and
     manifest are upstream's, so the ``.pte`` is byte for byte the same.
+    With ``external_tag`` the same entries go to ``<external_tag>.ptd``:
+    ExecuTorch merges that file's named data with the ``.pte``'s when the
+    program is loaded with it, so a runtime finds them under the same keys.
     """
     import tempfile
 
@@ -168,7 +191,9 @@ def deliver_inline(
             os.close(descriptor)
             os.replace(path, owned)
             data = KernelCopiedData(owned, cleanup=True)
-        store.add_named_data(_compat.named_data_key(model_hash, relative), data, alignment=_compat.ASSET_ALIGNMENT)
+        store.add_named_data(
+            _compat.named_data_key(model_hash, relative), data, alignment=_compat.ASSET_ALIGNMENT, external_tag=external_tag
+        )
 
     manifest = {**manifest, **collect_asset_metadata(root, manifest, register)}
     for path in sorted(beside.rglob("*")) if beside is not None else ():

@@ -36,7 +36,7 @@ from torch.export import ExportedProgram
 from coreai_partitioner import _compat
 from .manifest import MAIN_ENTRYPOINT, bindings, coreai_io_names
 from .asset import finish_asset, write_program
-from .deliver import deliver, deliver_aot_compiled, sidecar_dir
+from .deliver import deliver, deliver_aot_compiled, external_data_tag, sidecar_dir
 from coreai_partitioner.records.programs import with_own_graph
 
 from . import debug_info
@@ -178,7 +178,7 @@ def _preprocess_functions(delegates: Dict[str, Tuple[ExportedProgram, List[Compi
             }
             # Inline, the asset streams from disk into the .pte, never read whole.
             packaging = _Packaging.INLINE if sidecar is None else _Packaging.SIDECAR
-            result = deliver(bundles, model_hash, packaging, manifest, sidecar, beside)
+            result = deliver(bundles, model_hash, packaging, manifest, sidecar, beside, external_data_tag(first_specs))
     results = {first: result}
     shipped = json.loads(result.processed_bytes)
     for function in list(delegates)[1:]:

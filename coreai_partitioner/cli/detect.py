@@ -25,7 +25,9 @@ from typing import Any, Callable, Iterable
 
 from coreai_partitioner.cli.command import CommandError
 
-__all__ = ["Detection", "Head", "UnknownTask", "checkpoint_task", "config_task", "refuse_other_task", "task_of", "tasks"]
+__all__ = [
+    "Detection", "Head", "UnknownTask", "checkpoint_task", "config_file", "config_task", "refuse_other_task", "task_of", "tasks",
+]
 
 
 class UnknownTask(ValueError):
@@ -123,13 +125,24 @@ def task_of_files(checkpoint: Path) -> str | None:
     return None
 
 
-def checkpoint_task(checkpoint: Path) -> str:
-    """The task of a checkpoint directory: what its files say (:func:`task_of_files`), else :func:`task_of` its
-    ``config.json``."""
+def config_file(checkpoint: Path) -> Path:
+    """``checkpoint``'s ``config.json``; refused naming what the directory is instead (none, a PEFT adapter)."""
     path = checkpoint / "config.json"
+    if (checkpoint / "adapter_config.json").is_file() and not path.is_file():
+        raise UnknownTask(
+            f"--checkpoint {checkpoint} is a PEFT adapter, not a model: give its base model as --checkpoint and "
+            f"the adapter as --adapter {checkpoint} (text-generation)"
+        )
     if not path.is_file():
         what = "no such directory" if not checkpoint.is_dir() else "no config.json in it"
         raise UnknownTask(f"--checkpoint {checkpoint}: {what}; give a local Hugging Face checkpoint directory")
+    return path
+
+
+def checkpoint_task(checkpoint: Path) -> str:
+    """The task of a checkpoint directory: what its files say (:func:`task_of_files`), else :func:`task_of` its
+    ``config.json``."""
+    path = config_file(checkpoint)
     try:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as error:

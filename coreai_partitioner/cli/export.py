@@ -11,8 +11,8 @@ Whisper's decoder prompt, :data:`SPEECH_TASKS`), and ``--config NAME`` is
 the task whose tiny models have that name.  This module is what every task
 shares: the common flags (defined in :mod:`.flags`, one name each), the plan
 settled before any weights are loaded, loading, the export road (load,
-lower, write ``OUT.partial``, time each phase, print the sizes), the
-``--verify`` gate, and the files written beside the ``.pte``.  A task is a
+lower, write a staging directory beside ``OUT``, time each phase, print the
+sizes), the ``--verify`` gate, and the files written beside the ``.pte``.  A task is a
 module of :mod:`.tasks` that supplies only what is its own
 (:class:`~.task.Task`).  ``export-llm``, ``coreai-export-llm`` and
 ``examples/export_llm.py`` are the ``text-generation`` task
@@ -22,6 +22,7 @@ module of :mod:`.tasks` that supplies only what is its own
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 import warnings
@@ -76,18 +77,20 @@ def export_llm(argv: list[str] | None = None, prog: str | None = None) -> int:
 
 
 def run(task: Task, args: argparse.Namespace) -> None:
-    """Settle, then (unless ``--dry-run``) export to ``OUT.partial``, verify, keep it as ``--out``, and run it."""
+    """Settle, then (unless ``--dry-run``) export to a staging directory, verify, keep it as ``--out``, and run it."""
     try:
         plan = settle(task, args)
         if args.dry_run:
             task.dry_run(plan)
             return
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        partial = args.out.with_name(args.out.name + ".partial")
+        staging = args.out.with_name(f".{args.out.name}.partial")  # every file the export writes, until verified
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
         try:
-            export(task, plan, partial)
+            export(task, plan, staging)
         finally:
-            partial.unlink(missing_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)
     except task.refusals() as error:
         raise CommandError(str(error)) from None
     task.after(plan)
@@ -122,9 +125,10 @@ def model_config(task: Task, args: argparse.Namespace) -> Any:
         return task.tiny_config(args.config)
     from transformers import AutoConfig
 
-    if not (args.checkpoint / "config.json").is_file():
-        what = "no such directory" if not args.checkpoint.is_dir() else "no config.json in it"
-        raise CommandError(f"--checkpoint {args.checkpoint}: {what}; give a local Hugging Face checkpoint directory")
+    try:
+        detect.config_file(args.checkpoint)
+    except detect.UnknownTask as error:
+        raise CommandError(str(error)) from None
     return AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
 
 
@@ -179,8 +183,9 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
     return model
 
 
-def export(task: Task, plan: Plan, partial: Path) -> None:
-    """Load, lower, write ``partial``, verify it; then it becomes ``--out``, the task's companions beside it."""
+def export(task: Task, plan: Plan, staging: Path) -> None:
+    """Load, lower, write the files to ``staging``, verify them; then they go beside ``--out``, and the task's
+    companions with them."""
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 
     args = plan.args
@@ -198,21 +203,38 @@ def export(task: Task, plan: Plan, partial: Path) -> None:
                 model = load_model(task, plan, plan.load_dtype)
         lowered, eager = task.lower(plan, model, verified, phases)
         with phases("write"):
-            with open(partial, "wb") as file:
-                lowered.to_executorch().write_to_file(file)
+            files = write_lowered(lowered, staging / args.out.name)
             del lowered
 
-    pte = read_pte(partial)
+    pte = read_pte(files["model"])
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
     task.describe(plan, model, pte)
-    print(f"  .pte {pte.size:,} bytes, weights {weights:,} bytes ({pte.size / weights:.3f}x)")
+    data = f", .ptd {files['data'].stat().st_size:,} bytes" if "data" in files else ""
+    print(f"  .pte {pte.size:,} bytes{data}, weights {weights:,} bytes ({pte.size / weights:.3f}x)")
+    for name, path in files.items():
+        if name not in ("model", "data"):
+            print(f"  adapter {name}: {path.name} {path.stat().st_size:,} bytes")
     print(phases)
     del model
     if verified is not None:
-        verify_pte(task, plan, partial, verified, eager)
-    partial.replace(args.out)
+        verify_pte(task, plan, files["model"], verified, eager)
+    for name, path in sorted(files.items(), key=lambda item: item[0] == "model"):  # the .pte last: it needs the rest
+        path.replace(args.out.with_name(path.name))
     written = task.companions(plan, args.out.parent)
-    print(f"wrote {args.out}" + (f" and {', '.join(p.name for p in written)}" if written else " (nothing beside it)"))
+    beside = [args.out.with_name(path.name) for name, path in files.items() if name != "model"] + written
+    print(f"wrote {args.out}" + (f" and {', '.join(p.name for p in beside)}" if beside else " (nothing beside it)"))
+
+
+def write_lowered(lowered: Any, pte: Path) -> dict[str, Path]:
+    """Write what a task lowered to ``pte``: its ``.pte`` (``"model"``), the ``.ptd`` (``"data"``) of a program
+    lowered with ``external_data``, and one ``NAME.pte`` per adapter of programs over one base (their ``save``)."""
+    from coreai_partitioner.lowering.external_data import write_program
+    from coreai_partitioner.lowering.lower import to_executorch
+
+    if hasattr(lowered, "save"):
+        return lowered.save(pte)
+    written = write_program(to_executorch(lowered), pte)
+    return {"model": written["pte"], **({"data": written["ptd"]} if "ptd" in written else {})}
 
 
 def verify_pte(task: Task, plan: Plan, pte: Path, verified: Any, eager: Any) -> None:

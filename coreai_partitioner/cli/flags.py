@@ -66,6 +66,11 @@ _DEFINITIONS: dict[str, dict[str, Any] | Callable[[], dict[str, Any]]] = {
         "a report) before keeping it",
     ),
     "--dry-run": dict(action="store_true", help="print what would be exported, convert nothing"),
+    "--external-data": dict(
+        action="store_true",
+        help="put the weights in OUT.ptd beside the .pte, which keeps the graphs (ExecuTorch's program-data "
+        "separation: load the pair with data_path=)",
+    ),
     "--debug-info": _debug_info,
     "--verbose": dict(action="store_true", help="show the dependencies' own logs too"),
     # The flags below are a task's when it names them in its FLAGS.
@@ -97,7 +102,7 @@ def definitions() -> dict[str, dict[str, Any]]:
 
 #: The flags every task of the export command takes; the rest of :func:`definitions`' are a task's when its
 #: ``FLAGS`` names them.
-COMMON = ("--dtype", "--target", "--out", "--verify", "--dry-run", "--debug-info", "--verbose")
+COMMON = ("--dtype", "--target", "--out", "--verify", "--dry-run", "--external-data", "--debug-info", "--verbose")
 
 #: A flag's short name.
 SHORT = {"--verbose": "-v"}

@@ -127,6 +127,11 @@ class Phases:
         return "  seconds: " + ", ".join(f"{name} {seconds:.1f}" for name, seconds in self.seconds.items())
 
 
+def partitioner_options(args: argparse.Namespace) -> dict[str, Any]:
+    """What every task's lowering hands its partitioners from the command line: ``--debug-info``, ``--external-data``."""
+    return {"debug_info": args.debug_info, "external_data": args.external_data}
+
+
 def checkpoint_generation(checkpoint: Path, config: Any) -> Any:
     """The checkpoint's ``GenerationConfig``, or its model config's where it has no ``generation_config.json``."""
     from transformers import GenerationConfig

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
 
 
 #: The shared flags both take: the input's bounds (no defaults of their own: a checkpoint's bound, a batch of 1).
@@ -136,7 +136,7 @@ def lower(plan: TextEncoderPlan, model: torch.nn.Module, verified: Any, phases: 
     with phases("export and lower"):
         lowered = lower_text_encoder(
             model, plan.task, sentence=plan.sentence, max_seq_len=plan.max_seq_len, max_batch=plan.args.max_batch,
-            debug_info=plan.args.debug_info,
+            **partitioner_options(plan.args),
         )
     return lowered, eager
 

@@ -46,7 +46,7 @@ from coreai_partitioner.decoder import (
     tiny_config,
 )
 from coreai_partitioner.llm.check import DecoderReport, Reference
-from coreai_partitioner.llm.export import Plan, export_decoder, lower_decoder, plan
+from coreai_partitioner.llm.export import Plan, export_decoder, lower_decoder, lower_with_adapters, plan
 from coreai_partitioner.llm.generate import TextPieces, byte_tokenizer, check_call, decode_tokens, eos_ids_of, greedy_decode, method_for, prefill, prefill_calls
 
 __all__ = [
@@ -72,6 +72,7 @@ __all__ = [
     "first_layers",
     "greedy_decode",
     "lower_decoder",
+    "lower_with_adapters",
     "method_for",
     "plan",
     "prefill",

@@ -37,6 +37,7 @@ def export_decoder(
     decoder: Decoder | None = None,
     length: int | None = None,
     layers_per_delegate: int | None = None,
+    slots: Any = None,
 ):
     """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
 
@@ -50,7 +51,9 @@ def export_decoder(
     :data:`coreai_partitioner.quantize.schemes.SCHEMES`) stores the weights outside the composites compressed
     (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
     (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
-    names.  Every shape is checked against the scheme before any work.
+    names.  Every shape is checked against the scheme before any work.  ``slots`` (an
+    :class:`~coreai_partitioner.adapters.slots.AdapterSlots` over ``model``'s layers) adds each slot's
+    ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.
     """
     from coreai_partitioner.lowering.lower import export_with_composites
 
@@ -67,6 +70,12 @@ def export_decoder(
             tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
             dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
     sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
+    if slots is not None:
+        from coreai_partitioner.adapters.slots import AdapterInputs
+
+        exported = AdapterInputs(exported, slots, ("tokens", "input_pos"))
+        sample = (*sample, *slots.inputs(slots.zero_pairs(_dtype_of(decoder), rank=slots.sample_rank)))
+        dynamic_shapes = (*(dynamic_shapes or (None, None)), *slots.dynamic_shapes())
 
     routers = []
     if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
@@ -81,12 +90,22 @@ def export_decoder(
                 module.quantize_experts(quantize, path)
             routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
     # The program names the decoder's weights from the exported module: the device form's wraps it.
-    prefix = "" if exported is decoder else "decoder."
-    return export_with_composites(
+    prefix = next(f"{path}." if path else "" for path, module in exported.named_modules() if module is decoder)
+    program, records = export_with_composites(
         exported, sample, dynamic_shapes=dynamic_shapes, quantize=quantize or None,
         keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
         annotations=shapes.device,
     )
+    if slots is not None:
+        from coreai_partitioner.adapters.slots import check_slots_used
+
+        check_slots_used(program, slots, 2)
+    return program, records
+
+
+def _dtype_of(decoder: nn.Module) -> torch.dtype:
+    """The floating dtype the decoder computes in: its first floating parameter's."""
+    return next(p.dtype for p in decoder.parameters() if p.is_floating_point())
 
 
 def lower_decoder(
@@ -100,6 +119,7 @@ def lower_decoder(
     decoder: Decoder | None = None,
     target: str | None = None,
     graph_breaks: int | None = None,
+    slots: Any = None,
     **partitioner_options: Any,
 ):
     """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
@@ -123,21 +143,33 @@ def lower_decoder(
     one shared asset), caches owned by ExecuTorch, fp16/fp32 tensors only
     across each delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
     makes a delegate of every ``N`` layers, each a function of the one asset.
+
+    A ``PeftModel`` is lowered with its active LoRA adapter kept low rank
+    beside the base layers (:func:`lower_peft_model`).
+    ``slots`` (:func:`lower_with_adapters`'s) makes each adapter slot's
+    pair an input of ``forward``.  ``external_data=True`` (a partitioner option) keeps the weights out of the
+    ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
     """
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_program
 
+    if _is_peft_model(model):
+        return lower_peft_model(
+            model, shapes, full_logits=full_logits, quantize=quantize, keep_float=keep_float,
+            quantized_reference=quantized_reference, target=target, graph_breaks=graph_breaks, **partitioner_options,
+        )
     if target is not None and target != shapes.target:
         shapes = dataclasses.replace(shapes, target=target)
     decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
     if shapes.device:
         return _lower_device(
-            model, shapes, decoder, quantize, keep_float, quantized_reference, graph_breaks, partitioner_options
+            model, shapes, decoder, quantize, keep_float, quantized_reference, graph_breaks, slots, partitioner_options
         )
     if graph_breaks is not None:
         raise ValueError("graph breaks are the device form's (target='device'); the host form is one delegate")
     program, records = export_decoder(
-        model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(), decoder=decoder
+        model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(), decoder=decoder,
+        slots=slots,
     )
     if quantize and quantized_reference is not None:
         quantized_reference.append(program.module())
@@ -163,6 +195,7 @@ def _lower_device(
     keep_float: Sequence[str],
     quantized_reference: list | None,
     graph_breaks: int | None,
+    slots: Any,
     partitioner_options: dict[str, Any],
 ):
     """:func:`lower_decoder`'s device form (:mod:`coreai_partitioner.decoder.device`): an export per method (one bounded ``forward``, or
@@ -177,16 +210,75 @@ def _lower_device(
         for method, length in shapes.methods().items():
             program, records = export_decoder(
                 model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
-                decoder=decoder, length=length, layers_per_delegate=graph_breaks,
+                decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
             )
             if quantize and quantized_reference is not None and method == "forward":
                 quantized_reference.append(program.module())
             yield method, (program, records)
 
+    # With adapter slots, the ranks are symbolic until each adapter is bound; the bound programs are checked.
     return lower_methods(
         exported(), device=True, constant_methods=runner_metadata(model, shapes),
-        bounded=shapes.prefill_chunk if shapes.bounded else None, **partitioner_options,
+        bounded=shapes.prefill_chunk if shapes.bounded else None, check=slots is None, **partitioner_options,
     )
+
+
+def _is_peft_model(model: Any) -> bool:
+    """Whether ``model`` is PEFT's ``PeftModel`` (by its class's module: PEFT need not be installed)."""
+    return any(cls.__module__.startswith("peft.") and cls.__name__ == "PeftModel" for cls in type(model).__mro__)
+
+
+def lower_with_adapters(
+    model: nn.Module,
+    shapes: DecoderShapes,
+    adapters: Sequence[Any],
+    *,
+    max_rank: int | None = None,
+    **options: Any,
+):
+    """``model`` (a transformers causal LM) lowered once with a slot for every layer ``adapters`` target; the
+    base program and one program per adapter (:class:`~coreai_partitioner.llm.adapters.AdapterPrograms`;
+    its ``save`` writes ``model.pte``, ``model.ptd`` and ``NAME.pte``).
+
+    ``options`` are :func:`lower_decoder`'s (``quantize`` compresses the base
+    weights; the pairs stay in the model's floating dtype).  ``max_rank``
+    (default: the largest rank of ``adapters``) bounds the rank a slot
+    takes.  The weights go to the data file whatever ``external_data`` says:
+    that is what lets the programs share them.
+    """
+    from coreai_partitioner.adapters.slots import adapter_slots
+    from coreai_partitioner.llm.adapters import bind_adapters, check_adapters
+
+    target = options.pop("target", None)
+    if target is not None and target != shapes.target:
+        shapes = dataclasses.replace(shapes, target=target)
+    max_rank = check_adapters(adapters, shapes, max_rank)
+    targeted = {path for adapter in adapters for path in adapter.layers}
+    paths = [path for path, _ in model.named_modules() if path in targeted]
+    dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+    with adapter_slots(model, paths, max_rank) as slots:
+        for adapter in adapters:
+            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
+        edge = lower_decoder(model, shapes, slots=slots, **{**options, "external_data": True})
+    return bind_adapters(edge, slots, adapters, shapes, dtype)
+
+
+def lower_peft_model(model: nn.Module, shapes: DecoderShapes, **options: Any):
+    """A ``PeftModel``'s active LoRA adapter lowered low rank over its base: the adapter's ``EdgeProgramManager``.
+
+    PEFT's layers are left as they are; the base model's linear layers take
+    the adapter's pairs as constants (:func:`lower_with_adapters`).
+    """
+    from coreai_partitioner.adapters.config import AdapterError, adapter_of_peft_model
+
+    if str(getattr(model, "peft_type", "LORA")).upper().rsplit(".", 1)[-1] != "LORA":
+        raise AdapterError(f"PeftModel of peft_type {model.peft_type}: only LoRA adapters are lowered")
+    if options.pop("quantized_reference", None) is not None:
+        raise AdapterError(
+            "quantized_reference is not taken with a PeftModel: lower_with_adapters(..., quantized_reference=) takes it"
+        )
+    adapter = adapter_of_peft_model(model)
+    return lower_with_adapters(model.get_base_model(), shapes, [adapter], **options).program(adapter.name)
 
 
 @dataclass(frozen=True)

@@ -55,21 +55,30 @@ class _Output:
 
 class Runner:
     """ExecuTorch's ``TextLLMRunner`` over one ``.pte`` and its tokenizer, loaded once (Core AI delegates on
-    the host backend); each :meth:`generate` starts a new conversation from an empty cache."""
+    the host backend); each :meth:`generate` starts a new conversation from an empty cache.
 
-    def __init__(self, pte: str | os.PathLike, tokenizer: str | os.PathLike) -> None:
+    ``data_path`` is the program's data file (``.ptd``): by default the one of the ``.pte``'s name beside it,
+    if any; an adapter's ``.pte`` runs with its base's (``PteWithData`` carries it).
+    """
+
+    def __init__(self, pte: str | os.PathLike, tokenizer: str | os.PathLike, data_path: str | os.PathLike | None = None) -> None:
         from coreai_partitioner import load_runtime_backend
+        from coreai_partitioner.backends.apple_coreai.runtime.pte import data_file_of
 
         with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads
             from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
         load_runtime_backend()
         self.pte = Path(pte)
+        data_path = data_path if data_path is not None else data_file_of(pte)
         self._config = GenerationConfig
         streams = NativeStreams()
         try:
             with streams:
-                self._runner = TextLLMRunner(str(pte), str(tokenizer))
+                if data_path is None:
+                    self._runner = TextLLMRunner(str(self.pte), str(tokenizer))
+                else:
+                    self._runner = TextLLMRunner(str(self.pte), str(tokenizer), data_path=str(data_path))
         except RuntimeError as error:
             raise RuntimeError(f"TextLLMRunner cannot load {self.pte.name}: {error}\n{streams.tail()}") from error
 

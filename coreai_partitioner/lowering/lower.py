@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -195,21 +194,35 @@ def lower(
 
 
 def save_pte(lowered: Any, path: str | os.PathLike) -> Path:
-    """Write the ``.pte`` of ``lowered`` (an ``EdgeProgramManager`` or its ``to_executorch()``).
+    """Write the ``.pte`` of ``lowered`` (an ``EdgeProgramManager`` or its ``to_executorch()``), and its ``.ptd``.
 
-    Streams with ``write_to_file`` (``program.buffer`` would hold one more
-    copy of the weights in memory) into a temporary file beside ``path``, then
-    renames it into place: a failure never leaves a half-written ``.pte``.
-    Returns the path.
+    A program lowered with ``external_data=True`` keeps its weights in a data
+    file, written beside the ``.pte`` with its name (``model.pte``,
+    ``model.ptd``; :mod:`.external_data`).  Streams with ``write_to_file``
+    (``program.buffer`` would hold one more copy of the weights in memory)
+    into temporary files beside ``path``, renamed into place once complete:
+    a failure never leaves a half-written ``.pte``.  Returns the path.
     """
-    program = lowered.to_executorch() if hasattr(lowered, "to_executorch") else lowered
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            program.write_to_file(file)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    from coreai_partitioner.lowering.external_data import write_program
+
+    write_program(to_executorch(lowered), path)
+    return Path(path)
+
+
+def to_executorch(lowered: Any, config: Any = None, *, kept: Sequence[str] = ()) -> Any:
+    """``lowered.to_executorch(config)``, whose constants outside the delegates follow the delegates' data file.
+
+    ``kept`` names constant placeholders that stay in the ``.pte`` all the same
+    (an adapter's pairs).  ``lowered`` already serialized (an
+    ``ExecutorchProgramManager``) is returned as it is.
+    """
+    from coreai_partitioner.lowering.external_data import executorch_config, external_data_tags
+
+    if not hasattr(lowered, "to_executorch"):
+        return lowered
+    tags = external_data_tags(lowered)
+    if not tags:
+        return lowered.to_executorch(config)
+    if config is None and hasattr(lowered, "default_executorch_config"):
+        config = lowered.default_executorch_config()
+    return lowered.to_executorch(executorch_config(config, tag=next(iter(sorted(tags))), kept=kept))

@@ -39,6 +39,7 @@ def lower_methods(
     device: bool,
     constant_methods: Mapping[str, Any],
     bounded: int | None = None,
+    check: bool = True,
     **partitioner_options: Any,
 ):
     """Each ``(method, (program, records))`` of ``exported`` lowered in one ``to_backend`` call to one Core AI asset;
@@ -48,7 +49,8 @@ def lower_methods(
     ``device`` makes the form upstream's on-device runtime runs: caches left
     to ExecuTorch, backend id ``CoreAIBackend``, every delegate checked against
     the runtime's contract (``bounded``: the upper bound of a bounded-dynamic
-    dimension it may take).  ``partitioner_options`` go to each
+    dimension it may take; ``check=False`` leaves that to the caller, whose programs bind symbolic inputs later).
+    ``partitioner_options`` go to each
     :class:`~coreai_partitioner.partition.partitioner.CoreAIPartitioner`; those in :data:`SET_HERE`
     are refused.
     """
@@ -77,7 +79,8 @@ def lower_methods(
         )
     if device:
         relabel_backend(edge)
-        check_delegates(edge, bounded=bounded)
+        if check:
+            check_delegates(edge, bounded=bounded)
     return edge
 
 

@@ -63,10 +63,13 @@ class WholeProgramManager(EdgeProgramManager):
         super().__init__(*args, **kwargs)
         self._executorch_config = executorch_config
 
+    def default_executorch_config(self) -> Any:
+        """The config ``to_executorch()`` uses when given none (a new one each time: a memory planning pass keeps
+        state), or None for ExecuTorch's default."""
+        return self._executorch_config() if self._executorch_config is not None else None
+
     def to_executorch(self, config: Any = None) -> Any:
-        if config is None and self._executorch_config is not None:
-            config = self._executorch_config()  # a new one each time: a memory planning pass keeps state
-        return super().to_executorch(config)
+        return super().to_executorch(config if config is not None else self.default_executorch_config())
 
 
 def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:

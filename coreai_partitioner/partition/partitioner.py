@@ -18,6 +18,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 
 from coreai_partitioner import _compat
 from coreai_partitioner.backends.apple_coreai import BACKEND_ID
+from coreai_partitioner.backends.apple_coreai.deliver import DATA_TAG, EXTERNAL_DATA_KEY
 from coreai_partitioner.backends.apple_coreai.preprocess import SHARE_ASSET_KEY
 from coreai_partitioner.backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, compile_specs as debug_info_specs
 from coreai_partitioner.partition.boundaries import split_by_segment
@@ -58,6 +59,12 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             ``to_backend`` call, one delegate each) share one Core AI asset,
             a function each named after its method, so weights they share are
             stored once (an LLM's prefill and decode methods).
+        external_data: ``True`` puts the Core AI assets in a data file
+            (``.ptd``) beside the ``.pte``, which keeps only graphs; ExecuTorch
+            loads the pair with ``data_path=``.  :func:`~coreai_partitioner.save_pte`
+            writes both (:mod:`coreai_partitioner.lowering.external_data`); a
+            string is the data file's tag in the ``to_executorch()`` result.
+            ``False`` (default): the assets are in the ``.pte``.
         **options: every option of ``executorch.backends.apple.coreai.CoreAIPartitioner``
             (``uses_sidecar``, ``aot_compile_config``, ``min_deployment_version``,
             ``input_enumerations``, ``take_over_constant_data``,
@@ -73,13 +80,20 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         *,
         debug_info: str = DEFAULT_DEBUG_INFO,
         share_asset: bool = False,
+        external_data: bool | str = False,
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        if external_data is True:
+            external_data = DATA_TAG
+        if external_data:
+            check_external_data(external_data, options)
         self._records = check_records(externalized_modules)
         self._compile_specs = _compat.base_compile_specs(self) + debug_info_specs(debug_info)
         if share_asset:
             self._compile_specs.append(CompileSpec(SHARE_ASSET_KEY, b"1"))
+        if external_data:
+            self._compile_specs.append(CompileSpec(EXTERNAL_DATA_KEY, external_data.encode("utf-8")))
         self.delegation_spec = DelegationSpec(BACKEND_ID, self._compile_specs)
         # to_edge_transform_and_lower calls transform_for_pre_decomposition once
         # per method before partition(); the legacy to_edge() flow never does.
@@ -142,6 +156,20 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
             _compat.COMPILE_SPEC_KEYS.INPUT_ENUMERATIONS.value, json.dumps(resolved).encode()
         )
         return DelegationSpec(BACKEND_ID, self._compile_specs + [spec])
+
+
+def check_external_data(tag: Any, options: dict[str, Any]) -> None:
+    """Refuse a data-file tag ExecuTorch cannot name a file after, or one beside sidecar delivery."""
+    if not isinstance(tag, str) or not tag or "/" in tag or tag.endswith(".ptd"):
+        raise ValueError(
+            f"external_data={tag!r}: give the data file's stem, e.g. external_data='model' for model.ptd "
+            "(no directory, no .ptd suffix)"
+        )
+    if options.get("uses_sidecar"):
+        raise ValueError(
+            "external_data and uses_sidecar both move the asset out of the .pte; choose one "
+            "(external_data: a .ptd ExecuTorch loads with data_path=; uses_sidecar: a directory beside it)"
+        )
 
 
 def _with_own_constants(program: ExportedProgram) -> ExportedProgram:

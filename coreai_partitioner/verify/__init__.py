@@ -16,10 +16,11 @@
 """
 
 from coreai_partitioner.verify.report import OutputComparison, Report, check, compare, default_tolerances
-from coreai_partitioner.verify.execution import UnsupportedProgram, clear_cache, compiled_assets, reset_state, run
+from coreai_partitioner.verify.execution import PteWithData, UnsupportedProgram, clear_cache, compiled_assets, reset_state, run
 from coreai_partitioner.verify.quantized import QuantizedReport, check_quantized
 
 __all__ = [
+    "PteWithData",
     "OutputComparison",
     "QuantizedReport",
     "Report",

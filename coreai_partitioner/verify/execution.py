@@ -22,7 +22,9 @@ import torch
 
 from coreai_partitioner import _compat
 from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset
-from coreai_partitioner.backends.apple_coreai.runtime.pte import COREAI_BACKEND_IDS, asset_files, coreai_manifest, materialize, read_pte
+from coreai_partitioner.backends.apple_coreai.runtime.pte import (
+    COREAI_BACKEND_IDS, asset_files, coreai_manifest, data_file_of, materialize, read_pte,
+)
 
 
 class UnsupportedProgram(ValueError):
@@ -162,9 +164,11 @@ def _coreai_manifest(backend_id: str, payload: bytes) -> dict[str, Any]:
 def _run_in_memory(program: Any, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
     if hasattr(program, "buffer"):  # ExecutorchProgramManager: take assets from its .pte bytes
 
-        def files_for(_lowered: Any, manifest: dict) -> dict:
+        def files_for(lowered: Any, manifest: dict) -> dict:
             shipped = read_pte(program.buffer)
-            return next((d.files for d in shipped.coreai_delegates() if d.manifest["hash"] == manifest["hash"]), {})
+            files = next((d.files for d in shipped.coreai_delegates() if d.manifest["hash"] == manifest["hash"]), {})
+            # A program lowered with external_data has its asset in its data file, not in the .pte.
+            return files or asset_files(lowered.named_data_store_output, manifest["hash"])
     else:
 
         def files_for(lowered: Any, manifest: dict) -> dict:
@@ -203,17 +207,19 @@ def _pte_digest(pte: bytes | str | os.PathLike) -> str:
     return _file_digests[key]
 
 
-def _run_pte(pte: bytes | Path, inputs: Sequence[Any], method: str, sidecar_dir: Any) -> tuple[torch.Tensor, ...]:
+def _run_pte(
+    pte: bytes | Path, inputs: Sequence[Any], method: str, sidecar_dir: Any, data_path: Any = None
+) -> tuple[torch.Tensor, ...]:
     """Run a method of a ``.pte`` (bytes, or a path read only when first loaded) in ExecuTorch's runtime,
     Core AI delegates on the host backend."""
     from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime
 
-    key = _pte_digest(pte)
+    key = _pte_digest(pte) + (f"+{os.path.realpath(data_path)}" if data_path is not None else "")
     program = _programs.get(key)
     if program is None:
         data = pte if isinstance(pte, bytes) else pte.read_bytes()
         try:
-            program = host_runtime.load_program(data, sidecar_dir=sidecar_dir)
+            program = host_runtime.load_program(data, sidecar_dir=sidecar_dir, data_path=data_path)
         except RuntimeError as error:
             raise UnsupportedProgram(f"ExecuTorch's runtime cannot load this .pte: {error}") from error
         _programs[key] = program
@@ -232,11 +238,26 @@ def _run_pte(pte: bytes | Path, inputs: Sequence[Any], method: str, sidecar_dir:
 # ---------------------------------------------------------------- public API
 
 
+class PteWithData(os.PathLike):
+    """A ``.pte`` path and the data file it runs with (ExecuTorch's ``data_path``): an adapter's program over its
+    base's ``.ptd``.  Every function that takes a ``.pte`` path takes one."""
+
+    def __init__(self, pte: str | os.PathLike, data: str | os.PathLike) -> None:
+        self.pte, self.data = Path(pte), Path(data)
+
+    def __fspath__(self) -> str:
+        return str(self.pte)
+
+    def __repr__(self) -> str:
+        return f"PteWithData({str(self.pte)!r}, {str(self.data)!r})"
+
+
 def run(
     program: Any,
     *inputs: Any,
     method: str = "forward",
     sidecar_dir: str | os.PathLike | None = None,
+    data_path: str | os.PathLike | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """Run ``program`` on ``inputs``: Core AI delegates on the Core AI runtime, the rest in PyTorch.
 
@@ -248,13 +269,16 @@ def run(
     State of stateful delegates (mutable buffers they took over) carries over
     from call to call on the same program; :func:`reset_state` starts over.
     Sidecar assets are read from ``sidecar_dir``, by default the ``.pte``'s
-    directory (for a path) or ``$COREAI_SIDECAR_DIR``.
+    directory (for a path) or ``$COREAI_SIDECAR_DIR``.  ``data_path`` is a
+    ``.pte``'s data file (a program lowered with ``external_data``); for a
+    path it defaults to the ``.ptd`` of the same name beside it, if there is one.
     """
     if isinstance(program, (bytes, bytearray, memoryview)):
-        return _run_pte(bytes(program), inputs, method, sidecar_dir)
+        return _run_pte(bytes(program), inputs, method, sidecar_dir, data_path)
     if isinstance(program, (str, os.PathLike)):
         path = Path(program)
-        return _run_pte(path, inputs, method, sidecar_dir if sidecar_dir is not None else path.parent)
+        data_path = data_path if data_path is not None else data_file_of(program)
+        return _run_pte(path, inputs, method, sidecar_dir if sidecar_dir is not None else path.parent, data_path)
     if hasattr(program, "exported_program"):
         return _run_in_memory(program, inputs, method, sidecar_dir)
     raise UnsupportedProgram(
@@ -271,7 +295,9 @@ def reset_state(program: Any = None) -> None:
         return
     if isinstance(program, (bytes, bytearray, memoryview, str, os.PathLike)):
         # Dropping the loaded program destroys its delegates and their state; the next run reloads it.
-        _programs.pop(_pte_digest(program if isinstance(program, (str, os.PathLike)) else bytes(program)), None)
+        digest = _pte_digest(program if isinstance(program, (str, os.PathLike)) else bytes(program))
+        for key in [key for key in _programs if key.split("+", 1)[0] == digest]:  # with any data file
+            _programs.pop(key)
         return
     from executorch.exir.lowered_backend_module import get_lowered_backend_modules
 

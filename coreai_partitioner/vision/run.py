@@ -165,9 +165,11 @@ def prefill(methods: Methods, segment: Segment, position: int) -> tuple[torch.Te
 def generate(
     pte: str | os.PathLike, tokenizer: str | os.PathLike, segments: Sequence[Segment], new_tokens: int
 ) -> list[str]:
-    """ExecuTorch's own ``MultimodalRunner`` on ``pte`` (Core AI delegates on the host backend): its greedy
-    output after ``segments``, one piece per generated token, the first being the prefill's."""
+    """ExecuTorch's own ``MultimodalRunner`` on ``pte`` (Core AI delegates on the host backend; with the ``.ptd``
+    beside it, if any): its greedy output after ``segments``, one piece per generated token, the first being the
+    prefill's."""
     from coreai_partitioner import load_runtime_backend
+    from coreai_partitioner.backends.apple_coreai.runtime.pte import data_file_of
     from coreai_partitioner.console import NativeStreams
 
     with NativeStreams():
@@ -179,7 +181,8 @@ def generate(
     streams = NativeStreams()
     try:
         with streams:
-            runner = MultimodalRunner(str(pte), str(tokenizer))
+            data = data_file_of(pte)  # a program lowered with external_data runs with its .ptd
+            runner = MultimodalRunner(str(pte), str(tokenizer), str(data)) if data else MultimodalRunner(str(pte), str(tokenizer))
             runner.generate(inputs, GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False), pieces.append)
     except RuntimeError as error:
         raise RuntimeError(f"MultimodalRunner failed on {Path(pte).name}: {error}\n{streams.tail()}") from error

@@ -403,28 +403,56 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
     if request.asset_dir:
         root = Path(request.asset_root.decode())
         _check_bundle(manifest, _sidecar_files(manifest, root))
-        asset = LoadedAsset(request.asset_dir.decode(), _function(manifest))
+        asset = _shared_asset(manifest, lambda: LoadedAsset(request.asset_dir.decode(), _function(manifest)))
         initial = initial_values(manifest, lambda path: (root / path).read_bytes())
     else:
         files = {
             request.files[i].path.decode(): _view(request.files[i].data, request.files[i].nbytes)
             for i in range(request.num_files)
         }
+        # Every program's bytes are checked; the asset is compiled once for every program over one data file.
         _check_bundle(manifest, [(path, manifest["files"][path], [files[path]]) for path in manifest["files"]])
-        asset = _load_inline(manifest, files)
+        asset = _shared_asset(manifest, lambda: _load_inline(manifest, files))
         initial = initial_values(manifest, lambda path: bytes(files[path]))
     try:
         asset.bind(manifest["input_names"], manifest["output_names"])
         state = _new_state(asset, initial, manifest)
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
     except BaseException:
-        asset.close()
+        _close_shared(asset)
         raise
     delegate_id = next(_ids)
     _delegates[delegate_id] = delegate
     num_inputs[0] = len(asset.input_names)
     num_outputs[0] = len(asset.output_names)
     return delegate_id
+
+
+#: Loaded assets by (hash, function), with how many delegates use each.  Programs over one data file (a base and
+#: its adapters) run the same asset: it is compiled once, and each delegate keeps its own state.
+_assets: dict[tuple[str, str], list[Any]] = {}
+
+
+def _shared_asset(manifest: dict[str, Any], load: Any) -> LoadedAsset:
+    """The loaded asset of ``manifest``'s hash and function: the one already loaded, or ``load()``'s."""
+    key = (manifest["hash"], _function(manifest))
+    entry = _assets.get(key)
+    if entry is None:
+        entry = _assets[key] = [load(), 0]
+    entry[1] += 1
+    return entry[0]
+
+
+def _close_shared(asset: LoadedAsset) -> None:
+    """One delegate less on ``asset``; closed with the last."""
+    for key, entry in list(_assets.items()):
+        if entry[0] is asset:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _assets[key]
+                asset.close()
+            return
+    asset.close()
 
 
 def _io_dtypes(asset: LoadedAsset, method: str, manifest: dict[str, Any]) -> tuple[list[np.dtype], list[np.dtype], list[int]]:
@@ -573,7 +601,7 @@ def _release(delegate_id: int) -> None:
     delegate = _delegates.pop(delegate_id, None)
     if delegate is not None:
         try:
-            delegate.asset.close()
+            _close_shared(delegate.asset)
         except Exception:  # noqa: BLE001 - destroy cannot fail
             logger.exception("closing %s", delegate.name)
 
@@ -685,21 +713,32 @@ def load_program(
     pte: bytes | bytearray | str | os.PathLike,
     *,
     sidecar_dir: str | os.PathLike | None = None,
+    data_path: str | os.PathLike | None = None,
 ) -> Any:
     """An ``executorch.runtime.Program`` with every method loaded.
 
     Sidecar assets are read from ``sidecar_dir``, by default the ``.pte``'s
-    own directory (or ``$COREAI_SIDECAR_DIR`` for bytes).
+    own directory (or ``$COREAI_SIDECAR_DIR`` for bytes).  ``data_path`` is
+    the program's data file (``.ptd``, ExecuTorch's ``data_path``): the
+    weights of a program lowered with ``external_data``; for a path it
+    defaults to the ``.ptd`` beside it (:func:`~.pte.data_file_of`).
     """
     from executorch.runtime import Runtime
 
+    from .pte import data_file_of
+
     load_runtime_backend()
+    if data_path is None:
+        data_path = data_file_of(pte)
     if isinstance(pte, (str, os.PathLike)) and sidecar_dir is None:
         sidecar_dir = Path(pte).resolve().parent
     if sidecar_dir is None:
         sidecar_dir = os.environ.get("COREAI_SIDECAR_DIR")
     data = bytes(pte) if isinstance(pte, (bytes, bytearray, memoryview)) else str(pte)
-    program = Runtime.get().load_program(data)
+    if data_path is not None:
+        program = Runtime.get().load_program(data, data_path=str(data_path))
+    else:
+        program = Runtime.get().load_program(data)
     with sidecars_in(sidecar_dir):
         for method in sorted(program.method_names):
             clear_last_error()

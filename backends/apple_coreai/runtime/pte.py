@@ -11,6 +11,7 @@ from typing import Any
 
 from executorch.exir.schema import DelegateCall
 
+from coreai_partitioner import _compat
 from coreai_partitioner._compat import deserialize_pte_views
 
 #: Backend ids whose payload is a Core AI asset manifest (ours and upstream's).
@@ -91,13 +92,17 @@ def materialize(
 
 
 def asset_files(named_data: Any, model_hash: str) -> dict[str, bytes]:
-    """The files of the asset ``model_hash`` in a NamedDataStoreOutput, by path under ``<hash>/``."""
+    """The files of the asset ``model_hash`` in a NamedDataStoreOutput, by path under ``<hash>/``: its ``.pte``
+    entries and those bound for a data file (``external_data``) alike."""
     if named_data is None:
         return {}
     prefix = f"{_NAMED_DATA_PREFIX}{model_hash}/"
+    entries = dict(named_data.pte_data)
+    for external in named_data.external_data.values():
+        entries.update(external)
     return {
         key[len(prefix) :]: _as_bytes(named_data.buffers[entry.buffer_index])
-        for key, entry in named_data.pte_data.items()
+        for key, entry in entries.items()
         if key.startswith(prefix)
     }
 
@@ -164,18 +169,34 @@ class PteContents:
         return [d for d in self.delegates if d.is_coreai and method in (None, d.method)]
 
 
-def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
-    """Parse a serialized ``.pte`` (bytes or a path).
+def data_file_of(pte: Any) -> Path | None:
+    """The data file (``.ptd``) a ``.pte`` path runs with: the one a ``PteWithData`` carries, else the ``.ptd`` of
+    the same name beside it, if there is one (what ``save_pte`` writes for ``external_data``)."""
+    if isinstance(pte, (bytes, bytearray, memoryview)):
+        return None
+    carried = getattr(pte, "data", None)
+    if carried is not None:
+        return Path(carried)
+    beside = Path(pte).with_suffix(".ptd")
+    return beside if beside.is_file() else None
+
+
+def read_pte(pte: bytes | bytearray | str | os.PathLike, data_path: str | os.PathLike | None = None) -> PteContents:
+    """Parse a serialized ``.pte`` (bytes or a path), with its data file (``.ptd``) if it has one.
 
     A path is mapped, not read, and asset files are views of the data: reading
-    a .pte costs its flatbuffer, not its weights.
+    a .pte costs its flatbuffer, not its weights.  ``data_path`` defaults to
+    the ``.ptd`` of the ``.pte``'s name beside it, if there is one (or the
+    data file a ``PteWithData`` carries); its named data is the runtime's too.
     """
     if isinstance(pte, (bytes, bytearray, memoryview)):
         data = memoryview(pte)
     else:
-        with open(pte, "rb") as file:
-            data = memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        data = _mapped(pte)
+        data_path = data_path if data_path is not None else data_file_of(pte)
     program, named_data = deserialize_pte_views(data)
+    if data_path is not None:
+        named_data = {**_compat.deserialize_ptd_views(_mapped(data_path)), **named_data}
 
     delegates = []
     plans = {}
@@ -194,6 +215,11 @@ def read_pte(pte: bytes | bytearray | str | os.PathLike) -> PteContents:
     return PteContents(
         tuple(plan.name for plan in program.execution_plan), tuple(delegates), len(data), plans
     )
+
+
+def _mapped(path: str | os.PathLike) -> memoryview:
+    with open(path, "rb") as file:
+        return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
 
 
 def _files_under(named_data: dict[str, memoryview], model_hash: str) -> dict[str, memoryview]:

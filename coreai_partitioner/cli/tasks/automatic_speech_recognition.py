@@ -40,7 +40,7 @@ from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
 from coreai_partitioner.cli.flags import DTYPES
-from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, describe_tokenizer
+from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, describe_tokenizer, partitioner_options
 
 NAME = "automatic-speech-recognition"
 DETECT = Detection(takes="Whisper", heads=(Head(prefix="Whisper"), Head("ForSpeechSeq2Seq")), model_types=("whisper",))
@@ -205,7 +205,7 @@ def lower(plan: SpeechPlan, model: torch.nn.Module, verified: Any, phases: Phase
             with phases(f"reference ({plan.precision})"):  # the eager model the .pte is lowered from is its judge
                 eager = reference(plan, model)
     speech = adapt(model, plan.args.max_context_len)
-    lowered = lower_speech(model, target=plan.args.target, speech=speech, phases=phases.seconds, debug_info=plan.args.debug_info)
+    lowered = lower_speech(model, target=plan.args.target, speech=speech, phases=phases.seconds, **partitioner_options(plan.args))
     return lowered, eager
 
 

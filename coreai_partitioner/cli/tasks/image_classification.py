@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
 
 NAME = "image-classification"
 DETECT = Detection(
@@ -126,7 +126,7 @@ def lower(plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> 
 
     eager = eager_at_dtype(plan, verified, forward_of(model), phases)
     with phases("export and lower"):
-        lowered = lower_image_classifier(model, debug_info=plan.args.debug_info)
+        lowered = lower_image_classifier(model, **partitioner_options(plan.args))
     return lowered, eager
 
 

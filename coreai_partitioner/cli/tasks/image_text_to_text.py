@@ -38,7 +38,7 @@ import torch
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_tokenizer, first_layers, tokenizer_beside
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
 
 NAME = "image-text-to-text"
 DETECT = Detection(
@@ -260,7 +260,7 @@ def lower(plan: VisionPlan, model: torch.nn.Module, verified: Any, phases: Phase
     with phases("export and lower"):
         lowered = lower_vlm(
             model, plan.shapes, vlm=vlm, quantize=plan.args.quantize, quantized_reference=quantized,
-            debug_info=plan.args.debug_info,
+            **partitioner_options(plan.args),
         )
     if verified is None or (not quantized and plan.dtype == torch.float32):
         return lowered, None

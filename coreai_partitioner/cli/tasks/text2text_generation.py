@@ -36,7 +36,7 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer
+from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options
 
 NAME = "text2text-generation"
 DETECT = Detection(
@@ -176,7 +176,7 @@ def lower(plan: Text2TextPlan, model: torch.nn.Module, verified: Any, phases: Ph
                 eager = reference(plan, model)
     text2text = adapt(model, plan.max_decode_len, plan.max_input_len)
     lowered = lower_text2text(
-        model, target=plan.args.target, text2text=text2text, phases=phases.seconds, debug_info=plan.args.debug_info
+        model, target=plan.args.target, text2text=text2text, phases=phases.seconds, **partitioner_options(plan.args)
     )
     return lowered, eager
 

@@ -32,7 +32,9 @@ extra: ``pip install 'coreai-partitioner[hf]'``.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ import torch
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, describe_tokenizer, first_layers, tokenizer_beside
+from coreai_partitioner.cli.task import Phases, Plan, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
 
 NAME = "text-generation"
 #: a tiny model per family, named by the model type the family adapts
@@ -52,7 +54,7 @@ FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "
 DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
 #: ``llm.lower_decoder`` keywords, by the flag whose ``dest`` each is.
-LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks", "--debug-info")
+LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
 
 
 def tiny_configs() -> list[str]:
@@ -86,11 +88,20 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chat", metavar="MESSAGE", help="answer a message through the checkpoint's chat template and TextLLMRunner"
     )
+    parser.add_argument(
+        "--adapter",
+        action="append",
+        metavar="[NAME=]DIR",
+        help="a PEFT LoRA adapter directory (repeatable): OUT.ptd holds the base weights once, OUT.pte is the base, "
+        "NAME.pte each adapter over the same .ptd (NAME defaults to the directory's name)",
+    )
 
 
 def lowering_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``llm.lower_decoder`` keywords from the command line (:data:`LOWERING_OPTIONS`)."""
-    return {name: getattr(args, name) for name in (flag.lstrip("-").replace("-", "_") for flag in LOWERING_OPTIONS)}
+    """``llm.lower_decoder`` keywords from the command line (:data:`LOWERING_OPTIONS`, and every task's partitioner
+    options)."""
+    own = {name: getattr(args, name) for name in (flag.lstrip("-").replace("-", "_") for flag in LOWERING_OPTIONS)}
+    return {**own, **partitioner_options(args)}
 
 
 def refusals() -> tuple[type[Exception], ...]:
@@ -98,7 +109,12 @@ def refusals() -> tuple[type[Exception], ...]:
     from coreai_partitioner.decoder.tokenizer import TokenizerError
     from coreai_partitioner.verify import fidelity
 
-    return UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision
+    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision)
+    try:
+        from coreai_partitioner.adapters.config import AdapterError
+    except ImportError:  # PEFT is not installed: no adapter was asked for (settle says so otherwise)
+        return refused
+    return (*refused, AdapterError)
 
 
 # ---------------------------------------------------------------- before any export work
@@ -108,6 +124,8 @@ def refusals() -> tuple[type[Exception], ...]:
 class TextPlan(Plan):
     shapes: Any = None  # decoder.DecoderShapes
     chat_prompt: str | None = None  # --chat's message in the checkpoint's chat template
+    adapters: list = field(default_factory=list)  # adapters.config.Adapter, read and checked against the config
+    adapter_dirs: dict = field(default_factory=dict)  # name -> directory
 
 
 def settle(args: argparse.Namespace, config: Any) -> TextPlan:
@@ -121,7 +139,29 @@ def settle(args: argparse.Namespace, config: Any) -> TextPlan:
     family_of(config.get_text_config().model_type)  # refused here, before any work, if no family adapts it
     config = first_layers(config, args)
     prompt = chat_prompt(args) if args.chat is not None else None
-    return TextPlan(args, config, shapes=shapes, chat_prompt=prompt)
+    directories, adapters = read_adapters(args, config, shapes) if args.adapter else ({}, [])
+    return TextPlan(args, config, shapes=shapes, chat_prompt=prompt, adapters=adapters, adapter_dirs=directories)
+
+
+def read_adapters(args: argparse.Namespace, config: Any, shapes: Any) -> tuple[dict[str, Path], list]:
+    """``--adapter``'s directories, each checked and read against the base's config (PEFT on the meta device)."""
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        raise CommandError("--adapter needs PEFT: pip install 'coreai-partitioner[adapters]'")
+    from coreai_partitioner.adapters.config import parse_adapter_argument, read_adapter
+
+    if not shapes.device and shapes.mode != "dynamic":
+        raise CommandError("--adapter takes the host form's dynamic shapes (each adapter's rank is a dimension of "
+                           "the program); leave out --shapes enumerated")
+    directories = dict(parse_adapter_argument(text) for text in args.adapter)
+    if len(directories) < len(args.adapter):
+        raise CommandError("two --adapter flags give one name; name them apart with NAME=DIR")
+    if args.out.stem in directories:
+        raise CommandError(f"--adapter {args.out.stem}: the base is {args.out.name}; give the adapter another NAME=")
+    base_name = args.checkpoint.resolve().name if args.checkpoint else None
+    adapters = [read_adapter(name, path, config, base_name=base_name) for name, path in directories.items()]
+    return directories, adapters
 
 
 def chat_prompt(args: argparse.Namespace) -> str:
@@ -152,16 +192,42 @@ def dry_run(plan: TextPlan) -> None:
 
     print(decoder_plan(plan.config, plan.shapes, dtype=plan.dtype, full_logits=plan.args.full_logits))
     print(f"  tokenizer: {describe_tokenizer(plan)}")
-    print(f"  would write {plan.args.out}")
+    for adapter in plan.adapters:
+        ranks = sorted({layer.rank for layer in adapter.layers.values()})
+        print(f"  adapter {adapter.name}: {len(adapter.layers)} linear layer(s), rank {'/'.join(map(str, ranks))}, "
+              f"{adapter.nbytes / 1e6:,.2f} MB of pairs (fp32), from {adapter.source}")
+    data = plan.args.external_data or plan.adapters
+    beside = [plan.args.out.with_suffix(".ptd").name] if data else []
+    beside += [f"{name}.pte" for name in plan.adapter_dirs]
+    print(f"  would write {plan.args.out}" + (f" and {', '.join(beside)}" if beside else ""))
 
 
 # ---------------------------------------------------------------- export
 
 
 def reference(plan: TextPlan, model: torch.nn.Module) -> Any:
+    """The fp32 model's reference; with adapters, the base's and each adapter's (PEFT's, unmerged), by program."""
     from coreai_partitioner.llm.check import reference
 
-    return reference(model, plan.shapes, full_logits=plan.args.full_logits)
+    if not plan.adapters:
+        return reference(model, plan.shapes, full_logits=plan.args.full_logits)
+    references = {None: reference(model, plan.shapes, full_logits=plan.args.full_logits)}
+    for name, directory in plan.adapter_dirs.items():
+        with peft_over(model, directory) as peft_model:
+            references[name] = reference(peft_model, plan.shapes, full_logits=plan.args.full_logits)
+    return references
+
+
+@contextmanager
+def peft_over(model: torch.nn.Module, directory: Path) -> Iterator[torch.nn.Module]:
+    """``model`` with the adapter in ``directory`` active, unmerged (PEFT's own model); ``model`` as it was after."""
+    from peft import PeftModel
+
+    peft_model = PeftModel.from_pretrained(model, directory).eval()
+    try:
+        yield peft_model
+    finally:
+        peft_model.unload()
 
 
 def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
@@ -170,6 +236,8 @@ def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases)
     from coreai_partitioner.llm import lower_decoder
     from coreai_partitioner.llm.check import eager_logits
 
+    if plan.adapters:
+        return lower_adapters(plan, model, verified, phases)
     eager = None
     with phases("export and lower"):
         if verified is not None and plan.dtype != torch.float32 and not plan.args.quantize:
@@ -179,6 +247,29 @@ def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases)
         if held:
             eager = eager_logits(held.pop(), verified, plan.shapes)  # the quantized eager model
     return lowered, eager
+
+
+def lower_adapters(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
+    """The base and every adapter lowered once (:func:`~coreai_partitioner.llm.export.lower_with_adapters`);
+    under ``--verify`` each program's eager logits where the fp32 reference is not its eager model's."""
+    from coreai_partitioner.llm.adapters import WithPairs
+    from coreai_partitioner.llm.export import lower_with_adapters
+    from coreai_partitioner.llm.check import eager_logits
+
+    eager: dict = {}
+    with phases("export and lower"):
+        if verified is not None and plan.dtype != torch.float32 and not plan.args.quantize:
+            eager[None] = eager_logits(model, verified[None], plan.shapes)
+            for name, directory in plan.adapter_dirs.items():
+                with peft_over(model, directory) as peft_model:
+                    eager[name] = eager_logits(peft_model, verified[name], plan.shapes)
+        held: list | None = [] if verified is not None and plan.args.quantize else None
+        programs = lower_with_adapters(model, plan.shapes, plan.adapters, quantized_reference=held, **lowering_options(plan.args))
+        if held:
+            quantized = held.pop()
+            for name in (None, *plan.adapter_dirs):
+                eager[name] = eager_logits(WithPairs(quantized, programs.pairs(name)), verified[name], plan.shapes)
+    return programs, (eager or None)
 
 
 def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
@@ -199,7 +290,37 @@ def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
 def check(plan: TextPlan, path: Path, verified: Any, eager: Any) -> Any:
     from coreai_partitioner.llm.check import check
 
-    return check(path, verified, plan.shapes, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
+    if not plan.adapters:
+        return check(path, verified, plan.shapes, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
+    from coreai_partitioner.verify import PteWithData, reset_state
+
+    reports = {}
+    for name in (None, *plan.adapter_dirs):
+        program = PteWithData(path.with_name(f"{name}.pte") if name else path, path.with_suffix(".ptd"))
+        reset_state()
+        reports[name or path.stem] = check(
+            program, verified[name], plan.shapes, eager=(eager or {}).get(name), dtype=plan.dtype, quantize=plan.args.quantize
+        )
+    return ProgramReports(reports)
+
+
+@dataclass
+class ProgramReports:
+    """``--verify``'s reports of the base and each adapter's program (against PEFT's model with it active)."""
+
+    reports: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return all(report.ok for report in self.reports.values())
+
+    @property
+    def against(self) -> str:
+        failed = [name for name, report in self.reports.items() if not report.ok] or list(self.reports)
+        return ", ".join(f"{name}: {self.reports[name].against}" for name in failed)
+
+    def __str__(self) -> str:
+        return "\n\n".join(f"[{name}]\n{report}" for name, report in self.reports.items())
 
 
 def companions(plan: TextPlan, directory: Path) -> list[Path]:
@@ -222,17 +343,24 @@ def companions(plan: TextPlan, directory: Path) -> list[Path]:
 def after(plan: TextPlan) -> None:
     args = plan.args
     tokenizer = tokenizer_beside(plan)
-    if args.generate is not None:
-        generate(args.out, tokenizer, args.generate, plan.shapes, args.new_tokens)
-    if args.chat is not None:
-        chat(args.out, tokenizer, args.chat, plan.chat_prompt, args.new_tokens, args.checkpoint)
+    programs = {None: args.out, **{name: args.out.with_name(f"{name}.pte") for name in plan.adapter_dirs}}
+    for name, pte in programs.items():
+        if name is not None:  # an adapter's .pte runs over the base's .ptd
+            from coreai_partitioner.verify import PteWithData
+
+            pte = PteWithData(pte, args.out.with_suffix(".ptd"))
+        label = f"[{name or args.out.stem}]" if plan.adapters else ""
+        if args.generate is not None:
+            generate(pte, tokenizer, args.generate, plan.shapes, args.new_tokens, label)
+        if args.chat is not None:
+            chat(pte, tokenizer, args.chat, plan.chat_prompt, args.new_tokens, args.checkpoint, label)
 
 
-def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes, new_tokens: int) -> None:
+def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes, new_tokens: int, label: str = "") -> None:
     """The .pte in ExecuTorch's runtime as its LLM runner calls it, the text as it comes, whole characters."""
     from coreai_partitioner.llm.text import generate_text
 
-    print(f"\ngenerate: {prompt!r} -> ", end="", flush=True)
+    print(f"\ngenerate{label}: {prompt!r} -> ", end="", flush=True)
     result = generate_text(
         pte, tokenizer_path, prompt, shapes, max_new_tokens=new_tokens, on_text=lambda t: print(t, end="", flush=True)
     )
@@ -242,7 +370,7 @@ def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes, new_tokens: i
     )
 
 
-def chat(pte: Path, tokenizer_path: Path, message: str, prompt: str, new_tokens: int, checkpoint: Path) -> None:
+def chat(pte: Path, tokenizer_path: Path, message: str, prompt: str, new_tokens: int, checkpoint: Path, label: str = "") -> None:
     """``prompt`` (the chat template around ``message``) through ExecuTorch's ``TextLLMRunner``; the answer printed
     up to the end-of-turn token."""
     from transformers import AutoTokenizer
@@ -254,7 +382,7 @@ def chat(pte: Path, tokenizer_path: Path, message: str, prompt: str, new_tokens:
     with console.NativeStreams():
         hf_tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
         ends = [hf_tokenizer.decode([i]) for i in eos_ids_of(pte)]
-    print(f"\nchat: {message!r} -> {answer(result.text, ends)}")
+    print(f"\nchat{label}: {message!r} -> {answer(result.text, ends)}")
     print(
         f"  prompt {result.prompt_tokens} token(s) in {1000 * result.prompt_seconds:.0f} ms; "
         f"{result.generated_tokens} generated, {result.tokens_per_second:.1f} tokens/s (TextLLMRunner)"

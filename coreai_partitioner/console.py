@@ -43,7 +43,8 @@ LOGGERS = {
     "coremltools": logging.ERROR,
 }
 
-#: Warnings of dependencies that are about them, not about the user's model.
+#: Warnings of dependencies that are about them, not about the user's model: each names a dependency's message,
+#: but for the last, every deprecation, which is held down where a module outside this package warns (:data:`OURS`).
 WARNINGS = (
     (FutureWarning, r".*_check_is_size"),
     (FutureWarning, r".*torch_dtype"),
@@ -55,6 +56,10 @@ WARNINGS = (
     (UserWarning, r"Mutation on a buffer in the model is detected"),
     (DeprecationWarning, r".*"),
 )
+
+#: The modules whose warnings are this package's own, to the user (a missing tokenizer, a deprecated flag): no
+#: filter of :func:`quiet_dependencies` holds them down (the others name dependencies' messages).
+OURS = r"coreai_partitioner(\.|$)"
 
 
 def verbose() -> bool:
@@ -77,8 +82,9 @@ def quiet_dependencies(verbose_: bool = False) -> None:
 
     for name, level in {**LOGGERS, **_compat.PRIVATE_LOGGERS}.items():
         logging.getLogger(name).setLevel(level)
+    others = f"(?!{OURS})"  # filterwarnings matches a module's name from its start
     for category, message in WARNINGS:
-        warnings.filterwarnings("ignore", category=category, message=message)
+        warnings.filterwarnings("ignore", category=category, message=message, module=others if message == ".*" else "")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 

@@ -5,8 +5,9 @@ it may name what is gone).  A page that says a test shows something names
 the test (`test_...`, in backticks); a page that gives a measured figure
 cites the file under benchmarks/results/ it comes from, and a table of
 docs/benchmarks.md names its results file and its command.  Each figure a
-citing sentence or table row quotes is in the file it cites
-(:func:`unfound_figures`).
+citing sentence or table row quotes, a count without a unit included, is in
+the file it cites (:func:`unfound_figures`): a table row's on the rows of the
+file that carry the row's name (:func:`rows_named`), a sentence's on any row.
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ def test_every_results_file_a_page_cites_is_committed(page):
     assert not missing, f"{page.relative_to(ROOT)} cites results files that are not in benchmarks/results/: {missing}"
 
 
-#: A quoted figure: thousands separated, a decimal (maybe with an exponent), or a whole number with a unit; a minus
-#: only after a space, a table bar or a parenthesis (not Qwen3-0.6B's); not part of a version (1.5.1) or a name.
+#: A quoted figure: thousands separated, a decimal (maybe with an exponent), or a whole number (a count: 379 passed,
+#: or with a unit); a minus only after a space, a table bar or a parenthesis (not Qwen3-0.6B's); not part of a version
+#: (1.5.1, macOS 27) or a name (fp16, 2-core, K=64 in a row's name: :func:`row_figures`).
 FIGURE = re.compile(
-    r"(?:(?<=[\s|(])(?P<minus>-)|(?<![\w.,/^-]))"
+    r"(?:(?<=[\s|(])(?P<minus>-)|(?<![\w.,/^=-]))(?<!OS )"
     r"(?P<number>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+"
-    r"|\d+(?=\s?(?:ms|s|MB|GB|GiB|kB|dB|minutes)\b|%))"
+    r"|\d+(?=\s?(?:ms|s|MB|GB|GiB|kB|dB|minutes)\b|%|x\b)|\d+(?![\w-]))"
     r"(?![\w.]*\d)(?:\s?(?P<unit>ms|s|MB|GB|GiB|kB|dB|minutes)\b)?"
 )
 #: What a figure with a unit may be in its results file: the same quantity in another unit (ms and s; bytes, kB, MB,
@@ -78,9 +80,38 @@ SCALES = {
 RESULT_NUMBER = re.compile(r"-?\d[\d,]*\d(?:\.\d+)?(?:e[-+]?\d+)?|-?\d(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
-def result_numbers(path: str) -> list[float]:
-    """Every number in a results file (thousands separators read)."""
-    return [float(n.replace(",", "")) for n in RESULT_NUMBER.findall((ROOT / path).read_text())]
+def numbers_in(text: str) -> list[float]:
+    """Every number in ``text`` (thousands separators read)."""
+    return [float(n.replace(",", "")) for n in RESULT_NUMBER.findall(text)]
+
+
+def name_of(row: str) -> str:
+    """A row's name, lower case, without markup: a table row's first cell, or a text table's line up to its first
+    gap of two spaces."""
+    row = row.strip()
+    first = row.strip("|").split("|")[0] if row.startswith("|") else re.split(r"\s{2,}|\t", row)[0]
+    return re.sub(r"[`*]", "", first).strip().lower()
+
+
+def rows_named(name: str, rows: list[str]) -> list[str]:
+    """The rows of a results file that carry a page's row ``name``: their name is it, or (of two words or more) begins
+    it ("encoder fp16, its linear" for "encoder fp16, its linear layers as the runtime's"); a file may give one page
+    row in several (the fp16 and the fp32 table of an op)."""
+
+    def carries(row: str) -> bool:
+        own = name_of(row)
+        if not own or own == name:
+            return bool(own)
+        return len(own.split()) >= 2 and name.startswith(own) and name[len(own) : len(own) + 1] in (" ", ",", "(")
+
+    return [row for row in rows if carries(row)]
+
+
+def row_figures(row: str) -> tuple[str, str]:
+    """A page's table row as (its name, the text of its other cells): a number in the name names the row (K=64,
+    28 layers), it quotes no figure."""
+    cells = row.strip().strip("|").split("|")
+    return re.sub(r"[`*]", "", cells[0]).strip().lower(), "|".join(cells[1:])
 
 
 def quoted(text: str) -> str:
@@ -130,25 +161,52 @@ def unfound_figures(text: str, numbers: list[float]) -> list[str]:
     return unfound
 
 
+def misquoted(page: str, read=lambda path: (ROOT / path).read_text() if (ROOT / path).is_file() else None) -> list[str]:
+    """The figures of ``page`` (its text) that the results files it cites do not hold where they should: a table
+    row's on the rows named as it is (where the files name none so, anywhere in them), a sentence's anywhere.
+    ``read`` gives a results file's text, or ``None`` where it is not there."""
+    wrong = []
+    for files, text in citing_passages(page):
+        texts = {f: read(f) for f in sorted(files) if f.endswith((".txt", ".json"))}
+        texts = {f: t for f, t in texts.items() if t is not None}
+        if not texts:
+            continue
+        numbers = [n for t in texts.values() for n in numbers_in(t)]
+        if text.startswith("|"):
+            name, text = row_figures(text)
+            named = rows_named(name, [row for f, t in texts.items() if f.endswith(".txt") for row in t.splitlines()])
+            numbers = [n for row in named for n in numbers_in(row)] if named else numbers
+        wrong += [f"{figure!r} ({', '.join(texts)}): {text[:100]}" for figure in unfound_figures(text, numbers)]
+    return wrong
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_figure_a_citing_sentence_or_table_row_quotes_is_in_the_results_file_it_cites(page):
-    wrong = []
-    for files, text in citing_passages(page.read_text()):
-        readable = sorted(f for f in files if (ROOT / f).is_file() and f.endswith((".txt", ".json")))
-        if not readable:
-            continue
-        numbers = [n for f in readable for n in result_numbers(f)]
-        wrong += [f"{figure!r} ({', '.join(readable)}): {text[:100]}" for figure in unfound_figures(text, numbers)]
+    wrong = misquoted(page.read_text())
     assert not wrong, f"{page.relative_to(ROOT)} quotes figures its results files do not hold:\n" + "\n".join(wrong)
+
+
+def test_a_count_the_page_quotes_is_checked_on_its_own_row_of_the_results_file():
+    page = (ROOT / "docs" / "benchmarks.md").read_text()
+    row = "| coreai | 467 | 379 | 63 | 0 | 88 |"
+    assert row in page and misquoted(page) == []
+    assert misquoted(page.replace(row, "| coreai | 467 | 380 | 63 | 0 | 88 |")) == [
+        "'380' (benchmarks/results/backend_suite.txt):  467 | 380 | 63 | 0 | 88 "
+    ]
+    # xnnpack's 97 skipped is in the file, on another row: not coreai's
+    assert [w.split(" ")[0] for w in misquoted(page.replace(row, "| coreai | 467 | 379 | 63 | 0 | 97 |"))] == ["'97'"]
+    sentence = "coreai passed 379 of 467 cases (`benchmarks/results/backend_suite.txt`)."
+    assert misquoted(sentence) == [] and misquoted(sentence.replace("379", "378"))[0].startswith("'378'")
 
 
 def test_the_figure_reader_allows_separators_units_and_rounding_and_nothing_else():
     numbers = [234995712.0, 10.94, 3552.9, -2.0, 7.5, 0.107, 5095.0, 1.6e-2]
-    quoted = "235 MB, 10.9 s, 11 s, 3,553 s, 59 minutes, -2.0, 2.0 below, 0.107, 0.11, 5.1 s, 1.6e-02 | 0.016"
+    quoted = "235 MB, 10.9 s, 11 s, 3,553 s, 59 minutes, -2.0, 2.0 below, 0.107, 0.11, 5.1 s, 1.6e-02 | 0.016, 5095 | 2"
     assert unfound_figures(quoted, numbers) == []
-    wrong = "10.8 s, 0.12, -7.5, 236 MB, 7.9 dB, 1.7e-02, 60 minutes"
-    assert unfound_figures(wrong, numbers) == ["10.8 s", "0.12", "-7.5", "236 MB", "7.9 dB", "1.7e-02", "60 minutes"]
-    assert unfound_figures("Qwen3-0.6B, 2-core, executorch 1.5.1, 28 layers, 3 of 3, 2^-11", numbers) == []
+    wrong = "10.8 s, 0.12, -7.5, 236 MB, 7.9 dB, 1.7e-02, 60 minutes, 5096 cases"
+    assert unfound_figures(wrong, numbers) == ["10.8 s", "0.12", "-7.5", "236 MB", "7.9 dB", "1.7e-02", "60 minutes", "5096"]
+    names = "Qwen3-0.6B, 2-core, executorch 1.5.1, 2^-11, fp16, int4, K=64, macOS 27, 2026-12-04"
+    assert unfound_figures(names, numbers) == []
 
 
 def test_the_passages_that_cite_a_results_file_are_its_sentences_and_the_rows_of_its_table():

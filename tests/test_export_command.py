@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from coreai_partitioner.cli.export import UnknownTask, main, task_of
+from coreai_partitioner.cli.detect import UnknownTask, task_of
+from coreai_partitioner.cli.export import main
 
 
 @pytest.mark.parametrize(
@@ -84,17 +85,99 @@ def test_speechs_own_task_flag_is_reached_through_the_export_command(tmp_path, c
 )
 def test_a_task_defines_none_of_the_flags_the_command_shares_and_takes_the_old_spellings_of_its_own(task):
     import argparse
-    import importlib
 
-    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli import detect, export, flags
 
-    module = importlib.import_module(export.TASKS[task])
+    module = detect.tasks()[task]
     own = argparse.ArgumentParser()
     module.add_flags(own)
-    shared = {"--config", "--checkpoint", *export._flags(), *export.SHORT.values(), *(a for s in export.HIDDEN.values() for a in s)}
+    shared = {"--config", "--checkpoint", *flags.definitions(), *flags.SHORT.values(), *(a for s in flags.DEPRECATED.values() for a in s)}
     assert not {name for action in own._actions for name in action.option_strings} & shared
     parser = export.build_parser(module)
-    for flag, spellings in export.HIDDEN.items():
+    for flag, spellings in flags.DEPRECATED.items():
         if flag in module.FLAGS:
             dest = flag.lstrip("-").replace("-", "_")
             assert all(getattr(parser.parse_args([spelling, "7"]), dest) == 7 for spelling in (flag, *spellings))
+
+
+# ---------------------------------------------------------------- a task is one module
+
+
+def test_every_module_of_the_tasks_folder_is_a_task_that_declares_how_it_is_detected():
+    from pathlib import Path
+
+    from coreai_partitioner.cli import detect, tasks
+
+    files = sorted(p.stem for p in Path(tasks.__file__).parent.glob("*.py") if p.stem != "__init__")
+    assert sorted(module.__name__.rpartition(".")[2] for module in detect.tasks().values()) == files
+    for name, module in detect.tasks().items():
+        assert isinstance(module.DETECT, detect.Detection) and module.DETECT.takes, name
+        assert module.DETECT.heads or module.DETECT.model_types or module.DETECT.files, f"{name}: nothing detects it"
+
+
+def test_of_two_heads_an_architecture_matches_the_one_asking_more_of_the_config_decides():
+    assert task_of({"architectures": ["WhisperForCausalLM"], "model_type": "whisper"}) == "automatic-speech-recognition"
+    assert task_of({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"}) == "text2text-generation"
+    assert task_of({"architectures": ["LlavaForConditionalGeneration"], "model_type": "t5", "vision_config": {}}) == "image-text-to-text"
+
+
+def test_no_two_tasks_adapt_one_model_type():
+    from coreai_partitioner.cli.detect import tasks
+
+    claimed = [t for m in tasks().values() for t in (m.DETECT.model_types() if callable(m.DETECT.model_types) else m.DETECT.model_types)]
+    assert claimed and len(claimed) == len(set(claimed)), sorted(t for t in claimed if claimed.count(t) > 1)
+
+
+@pytest.mark.parametrize(
+    "task, other, said",
+    [
+        ("text-generation", "whisper", "is a automatic-speech-recognition checkpoint, not text-generation"),
+        ("text-generation", "gemma3", "is a image-text-to-text checkpoint, not text-generation"),
+        ("automatic-speech-recognition", "qwen3", "is a text-generation checkpoint, not automatic-speech-recognition"),
+        ("text2text-generation", "llama", "is a text-generation checkpoint, not text2text-generation"),
+        # a task's own words where it has them (DETECT.own_refusal)
+        ("image-text-to-text", "qwen3", "qwen3: the checkpoint has no vision_config, so it is not a vision-language model"),
+    ],
+)
+def test_every_task_refuses_a_checkpoint_of_another_before_its_own_checks(task, other, said, tmp_path, capsys):
+    from coreai_partitioner.cli.detect import config_task, tasks
+
+    tasks()[config_task(other)].tiny_config(other).save_pretrained(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main(["--task", task, "--checkpoint", str(tmp_path), "--dry-run"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 1 and said in err and err.count("\n") == 1
+
+
+# ---------------------------------------------------------------- one meaning per flag name
+
+
+@pytest.mark.filterwarnings("default::FutureWarning")
+@pytest.mark.parametrize("old, flag, dest", [("--max-seq-len", "--prefill-chunk", "prefill_chunk"), ("--max-decode-len", "--max-context-len", "max_context_len")])
+def test_an_old_spelling_of_an_export_flag_parses_with_a_deprecation_naming_the_flag(old, flag, dest):
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.detect import tasks
+
+    with pytest.warns(FutureWarning, match=f"{old} is deprecated: give {flag}"):
+        args = export.build_parser(tasks()["text-generation"]).parse_args([old, "9"])
+    assert getattr(args, dest) == 9
+
+
+@pytest.mark.filterwarnings("default::FutureWarning")
+def test_export_optimum_takes_the_export_commands_dtype_and_cache_length_and_its_old_spellings_with_a_line_each(tmp_path, capsys):
+    from coreai_partitioner.cli.main import build_parser
+    from coreai_partitioner.cli.main import main as package_main
+
+    line = ["export-optimum", "--model", "m", "--output-dir", str(tmp_path)]
+    args = build_parser().parse_args([*line, "--max-context-len", "512", "--dtype", "fp16"])
+    assert (args.max_context_len, args.dtype) == (512, "fp16")
+    assert build_parser().parse_args(line).max_context_len == 2048
+    with pytest.warns(FutureWarning) as said:
+        args = build_parser().parse_args([*line, "--max-seq-len", "256", "--dtype", "float16"])
+    assert (args.max_context_len, args.dtype) == (256, "fp16")
+    assert [str(w.message) for w in said] == ["--max-seq-len is deprecated: give --max-context-len (the same value)", "--dtype float16 is deprecated: give --dtype fp16"]
+    # the command's own line on standard error (here before argparse stops it: it has no --model)
+    with pytest.raises(SystemExit):
+        package_main(["export-optimum", "--output-dir", str(tmp_path), "--max-seq-len", "256"])
+    err = capsys.readouterr().err
+    assert err.startswith("python -m coreai_partitioner export-optimum: warning: --max-seq-len is deprecated: give --max-context-len")

@@ -14,7 +14,6 @@ sentence-transformers' embeddings.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 
@@ -27,8 +26,8 @@ require("transformers", "hf")
 
 import transformers  # noqa: E402
 
-from coreai_partitioner.cli import export  # noqa: E402
-from coreai_partitioner.cli.export import _checkpoint_task, _config_task, main, task_of  # noqa: E402
+from coreai_partitioner.cli.detect import checkpoint_task, config_task, task_of, tasks  # noqa: E402
+from coreai_partitioner.cli.export import main  # noqa: E402
 
 BERT = {"model_type": "bert", "vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
         "intermediate_size": 64, "max_position_embeddings": 64}
@@ -83,8 +82,8 @@ def test_an_encoder_heads_task_is_read_off_the_architectures(architecture, task)
 def test_a_checkpoint_with_sentence_transformers_modules_is_feature_extraction_whatever_its_head(tmp_path):
     for architecture in ("BertModel", "BertForMaskedLM"):
         config = {**BERT, "architectures": [architecture]}
-        assert _checkpoint_task(checkpoint(tmp_path / architecture, config, sentence={"pooling_mode": "mean"})) == "feature-extraction"
-    assert _checkpoint_task(checkpoint(tmp_path / "mlm", {**BERT, "architectures": ["BertForMaskedLM"]})) == "fill-mask"
+        assert checkpoint_task(checkpoint(tmp_path / architecture, config, sentence={"pooling_mode": "mean"})) == "feature-extraction"
+    assert checkpoint_task(checkpoint(tmp_path / "mlm", {**BERT, "architectures": ["BertForMaskedLM"]})) == "fill-mask"
 
 
 def test_a_bare_encoder_without_modules_json_is_refused_naming_what_it_holds_and_the_fix(tmp_path, capsys):
@@ -129,10 +128,10 @@ def test_an_input_longer_than_the_position_table_or_a_bound_of_two_is_refused_na
 
 
 def test_every_tiny_config_name_is_one_tasks():
-    names = {task: importlib.import_module(module).tiny_configs() for task, module in export.TASKS.items()}
+    names = {task: module.tiny_configs() for task, module in tasks().items()}
     every = [name for task_names in names.values() for name in task_names]
     assert len(every) == len(set(every)), sorted(n for n in every if every.count(n) > 1)
-    assert all(_config_task(name) == task for task, task_names in names.items() for name in task_names)
+    assert all(config_task(name) == task for task, task_names in names.items() for name in task_names)
 
 
 @pytest.mark.parametrize(

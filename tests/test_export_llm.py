@@ -75,7 +75,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     import inspect
 
     from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli import export, flags
     from coreai_partitioner.cli.tasks import text_generation
     from coreai_partitioner.quantize.schemes import SCHEMES
 
@@ -84,7 +84,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none", "external_data": False}
     keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
-    assert parser.get_default("quantize") is None and set(export._flags()["--quantize"]["choices"]) == set(SCHEMES)
+    assert parser.get_default("quantize") is None and set(flags.definitions()["--quantize"]["choices"]) == set(SCHEMES)
 
 
 @pytest.mark.parametrize("command", [["export-llm"], ["export", "--task", "text-generation"], ["verify"], ["inspect"], ["export-optimum"], []])
@@ -282,3 +282,57 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path):
     assert "composites: rms_norm x3, rope x2, scaled_dot_product_attention x1" in done.stdout
     assert "tokenizer: tokenizer.model (sentencepiece)" in done.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint"]
+
+
+# ---------------------------------------------------------------- our warnings reach the user, the dependencies' do not
+
+
+def test_quiet_dependencies_holds_down_the_dependencies_warnings_and_none_of_ours(tmp_path, monkeypatch):
+    import logging
+    import warnings
+
+    from coreai_partitioner import _compat, console
+    from coreai_partitioner.cli import export
+    from coreai_partitioner.cli.detect import tasks
+
+    monkeypatch.delenv(console.VERBOSE_ENV, raising=False)
+    monkeypatch.setenv("TRANSFORMERS_VERBOSITY", "warning")  # put back after the test, as the levels below
+    levels = {name: logging.getLogger(name).level for name in {**console.LOGGERS, **_compat.PRIVATE_LOGGERS}}
+    task = tasks()["text-generation"]
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # Python's own filters gone: what is held down, quiet_dependencies holds
+            console.quiet_dependencies()
+            warnings.warn_explicit("a dependency's deprecation", DeprecationWarning, "x.py", 1, module="torch.fx.x")
+            warnings.warn_explicit("TypedStorage is deprecated", UserWarning, "x.py", 1, module="torch.storage")
+            args = export.build_parser(task).parse_args(["--checkpoint", str(tmp_path), "--max-seq-len", "8"])
+            assert export.choose_tokenizer(task, args) is None  # tmp_path: a checkpoint without a tokenizer
+            warnings.warn_explicit("this package's own deprecation", DeprecationWarning, "flags.py", 1, module="coreai_partitioner.cli.flags")
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+    said = [str(w.message) for w in caught]
+    assert said[0] == "--max-seq-len is deprecated: give --prefill-chunk (the same value)"
+    assert said[1].startswith(f"{tmp_path} has no tokenizer") and said[2:] == ["this package's own deprecation"]
+
+
+#: Every command that exports an LLM: the example, the package's two commands, the console script.
+ENTRY_POINTS = {
+    "examples/export_llm.py": [sys.executable, str(EXAMPLE)],
+    "export-llm": [sys.executable, "-m", "coreai_partitioner", "export-llm"],
+    "export": [sys.executable, "-m", "coreai_partitioner", "export"],
+    "coreai-export-llm": [str(Path(sys.executable).parent / "coreai-export-llm")],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_entry_point_says_a_tokenizer_is_missing_and_a_flag_is_deprecated_and_nothing_else(entry, tmp_path):
+    directory, _ = tokenizer_files.checkpoint(tmp_path / "checkpoint", None)
+    line = [*ENTRY_POINTS[entry], "--checkpoint", str(directory), "--max-seq-len", "16", "--dry-run"]
+    done = subprocess.run(line, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    deprecated, missing = progress_free(done.stderr)  # the dependencies' output held down
+    assert deprecated.endswith("warning: --max-seq-len is deprecated: give --prefill-chunk (the same value)")
+    assert "warning: " in missing and f"{directory} has no tokenizer" in missing and "--no-tokenizer" in missing
+    assert "T dynamic 1..16" in done.stdout  # the old spelling's value taken

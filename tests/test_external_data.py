@@ -17,7 +17,7 @@ from requires import require
 
 require("transformers", "hf")
 
-from coreai_partitioner.cli import export  # noqa: E402
+from coreai_partitioner.cli import detect, export  # noqa: E402
 from coreai_partitioner.cli.main import main  # noqa: E402
 
 #: A tiny config of each task: text generation, vision-language, speech, text-to-text, the encoders.
@@ -38,7 +38,7 @@ def weights_in(pte: bytes, model: torch.nn.Module, dtype: torch.dtype) -> list[s
 
 def tiny_model(config_name: str) -> torch.nn.Module:
     """The model the command exports for ``--config``: its own loading, seeded."""
-    task = export.TASKS and __import__("importlib").import_module(export.TASKS[export._config_task(config_name)])
+    task = detect.tasks()[detect.config_task(config_name)]
     parser = export.build_parser(task)
     args = parser.parse_args(["--config", config_name])
     plan = export.settle(task, args)
@@ -61,7 +61,6 @@ def test_every_task_with_external_data_keeps_no_weight_in_the_pte_and_passes_ver
 
 
 def test_external_data_is_a_flag_of_every_task():
-    for module in export.TASKS.values():
-        task = __import__("importlib").import_module(module)
+    for task in detect.tasks().values():
         args = export.build_parser(task).parse_args(["--external-data", "--config", task.tiny_configs()[0]])
         assert isinstance(args, argparse.Namespace) and args.external_data is True

@@ -169,3 +169,20 @@ def test_the_shared_primitives_take_no_family_option():
             f"{primitive.__name__} takes {sorted(taken - parameters)} beyond its general math: make the family's "
             f"quirk a subclass in decoder/families/<family>.py (kind= to Build.attention / Build.moe)"
         )
+
+
+#: The command line's own modules: the export command, its flags, detection and the task contract.  Only a task's
+#: module (``cli/tasks/``, and ``cli/text_encoders.py``, the steps two of them share) enters a task's room.
+COMMAND_MODULES = ("command", "detect", "export", "flags", "main", "task")
+
+
+@pytest.mark.parametrize("name", COMMAND_MODULES)
+def test_the_export_command_enters_no_tasks_room(name):
+    module = f"coreai_partitioner.cli.{name}"
+    rooms = sorted(n for n in imported(module, modules()[module]) if stage_of(n) in TASK_ROOMS)
+    assert not rooms, f"{module} imports {rooms}: a task's module declares what the command needs of it"
+
+
+def test_no_file_of_the_command_line_is_over_400_lines():
+    long = {p.relative_to(ROOT).as_posix(): n for p in (PACKAGE / "cli").rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"over 400 lines: {long}"

@@ -141,11 +141,11 @@ def test_device_decoder_reads_no_slot_it_has_not_written():
 
 
 def test_whisper_checkpoints_are_speech_recognition_and_the_tiny_one_is_the_speech_commands():
-    from coreai_partitioner.cli.export import TASKS, _config_task, task_of
+    from coreai_partitioner.cli.detect import config_task, task_of, tasks
 
     assert task_of({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"}) == "automatic-speech-recognition"
-    assert TASKS["automatic-speech-recognition"] == "coreai_partitioner.cli.tasks.automatic_speech_recognition"
-    assert _config_task("whisper") == "automatic-speech-recognition"
+    assert tasks()["automatic-speech-recognition"].__name__ == "coreai_partitioner.cli.tasks.automatic_speech_recognition"
+    assert config_task("whisper") == "automatic-speech-recognition"
 
 
 def test_the_command_refuses_bad_input_before_any_work(tmp_path):

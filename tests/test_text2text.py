@@ -127,16 +127,16 @@ def _small() -> dict:
 
 
 def test_t5_checkpoints_are_text2text_generation_and_the_tiny_ones_are_its_commands():
-    from coreai_partitioner.cli.export import TASKS, UnknownTask, _config_task, task_of
+    from coreai_partitioner.cli.detect import UnknownTask, config_task, task_of, tasks
 
-    assert TASKS["text2text-generation"] == "coreai_partitioner.cli.tasks.text2text_generation"
+    assert tasks()["text2text-generation"].__name__ == "coreai_partitioner.cli.tasks.text2text_generation"
     assert task_of({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5"}) == "text2text-generation"
     assert task_of({"model_type": "t5"}) == "text2text-generation"
     assert task_of({"architectures": ["WhisperForConditionalGeneration"], "model_type": "whisper"}) == "automatic-speech-recognition"
     assert task_of({"architectures": ["LlavaForConditionalGeneration"], "model_type": "t5", "vision_config": {}}) == "image-text-to-text"
     with pytest.raises(UnknownTask, match=r"model_type 'mt5' .* text2text-generation \(T5 and Flan-T5"):
         task_of({"architectures": ["MT5ForConditionalGeneration"], "model_type": "mt5"})
-    assert _config_task("flan-t5") == _config_task("t5") == "text2text-generation"
+    assert config_task("flan-t5") == config_task("t5") == "text2text-generation"
 
 
 def test_the_command_refuses_bad_input_before_any_work(tmp_path):

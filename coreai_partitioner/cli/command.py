@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from coreai_partitioner import console
 
-__all__ = ["CommandError", "run_command"]
+__all__ = ["CommandError", "one_line_warnings", "run_command"]
 
 
 class CommandError(Exception):
@@ -34,16 +35,24 @@ def run_command(
     argv = sys.argv[1:] if argv is None else list(argv)
     console.quiet_dependencies(any(a in ("-v", "--verbose") for a in argv))  # before the parser imports them
     parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    with one_line_warnings(parser.prog):  # the parser's too: an old spelling of a flag warns
+        args = parser.parse_args(argv)
+        try:
+            run(args)
+        except CommandError as error:
+            parser.exit(1, f"{parser.prog}: error: {error}\n")
+    return 0
+
+
+@contextmanager
+def one_line_warnings(prog: str) -> Iterator[None]:
+    """Inside, a warning is one line on standard error under the command's name ``prog``."""
 
     def one_line(message, category, filename, lineno, file=None, line=None) -> None:
-        print(f"{parser.prog}: warning: {message}", file=sys.stderr if file is None else file)
+        print(f"{prog}: warning: {message}", file=sys.stderr if file is None else file)
 
-    shown, warnings.showwarning = warnings.showwarning, one_line  # this run's warnings, one line each
+    shown, warnings.showwarning = warnings.showwarning, one_line
     try:
-        run(args)
-    except CommandError as error:
-        parser.exit(1, f"{parser.prog}: error: {error}\n")
+        yield
     finally:
         warnings.showwarning = shown
-    return 0

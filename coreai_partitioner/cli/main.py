@@ -9,6 +9,9 @@ from pathlib import Path
 
 import torch
 
+from coreai_partitioner.cli import flags
+from coreai_partitioner.cli.command import one_line_warnings
+
 EXIT_MISMATCH = 1
 EXIT_UNSUPPORTED = 2
 
@@ -26,6 +29,17 @@ def main(argv: list[str] | None = None) -> int:
         from coreai_partitioner.cli.export import main as export
 
         return export(argv[1:], prog=f"{PROG} export")
+    with one_line_warnings(f"{PROG} {argv[0]}" if argv else PROG):  # an old spelling's deprecation, one line
+        args = build_parser().parse_args(argv)
+    if args.command == "verify":
+        return _verify(args)
+    if args.command == "export-optimum":
+        return _export_optimum(args)
+    return _inspect(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The commands but ``export`` and ``export-llm``, which parse their own lines (named here for ``--help``)."""
     parser = argparse.ArgumentParser(prog=PROG)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
@@ -57,15 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     optimum_parser.add_argument("--model", required=True, help="a local checkpoint directory or a model id")
     optimum_parser.add_argument("--output-dir", type=Path, required=True)
     optimum_parser.add_argument("--recipe", default="coreai")
-    optimum_parser.add_argument("--max-seq-len", type=int, default=2048, help="the cache length")
-    optimum_parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
-
-    args = parser.parse_args(argv)
-    if args.command == "verify":
-        return _verify(args)
-    if args.command == "export-optimum":
-        return _export_optimum(args)
-    return _inspect(args)
+    # the export command's --dtype and --max-context-len; its --max-seq-len (the cache length here) parses, deprecated
+    flags.add(optimum_parser, ("--dtype", "--max-context-len"), flags.OPTIMUM_DEPRECATED,
+              dtype=dict(type=flags.old_dtype), max_context_len=dict(default=2048))
+    return parser
 
 
 def _export_optimum(args: argparse.Namespace) -> int:
@@ -75,7 +84,8 @@ def _export_optimum(args: argparse.Namespace) -> int:
         print(f"no recipe named {args.recipe!r}; choose one of {', '.join(RECIPES)}", file=sys.stderr)
         return EXIT_UNSUPPORTED
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    main_export(str(args.model), str(args.output_dir), recipe=args.recipe, max_seq_len=args.max_seq_len, dtype=args.dtype)
+    dtype = str(flags.DTYPES[args.dtype]).removeprefix("torch.")  # optimum's loader takes torch's name
+    main_export(str(args.model), str(args.output_dir), recipe=args.recipe, max_seq_len=args.max_context_len, dtype=dtype)
     print(f"wrote {args.output_dir / 'model.pte'}")
     return 0
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
 
 
 #: The shared flags both take: the input's bounds (no defaults of their own: a checkpoint's bound, a batch of 1).
@@ -36,6 +36,18 @@ def tiny_config(name: str) -> Any:
     from coreai_partitioner.text_encoder.tiny import tiny_config
 
     return tiny_config(name)
+
+
+def bare_encoder(model_type: str | None) -> str:
+    """How a bare text encoder's checkpoint is exported (a sentence to end the refusal of its config with), or ``""``."""
+    from coreai_partitioner.text_encoder import supported
+
+    if model_type not in supported():
+        return ""
+    return (
+        f". A bare {model_type} encoder exports as feature-extraction from a sentence-transformers checkpoint "
+        "(modules.json beside config.json says its pooling) or as fill-mask from a *ForMaskedLM checkpoint"
+    )
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

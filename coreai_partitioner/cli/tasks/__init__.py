@@ -1,5 +1,5 @@
 """The tasks of ``python -m coreai_partitioner export``, a module each, by optimum's task names: each supplies only what is
-its own (:class:`coreai_partitioner.cli.export.Task`), the command the rest.
+its own (:class:`coreai_partitioner.cli.task.Task`) and how it is detected (``DETECT``), the command the rest.
 
 - :mod:`.text_generation`: a decoder-only LLM, for ExecuTorch's ``TextLLMRunner`` (``export-llm``);
 - :mod:`.image_text_to_text`: a vision-language model, for ``MultimodalRunner``;

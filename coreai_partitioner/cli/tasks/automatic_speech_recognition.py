@@ -38,11 +38,12 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import (
-    DTYPES, Phases, Plan, checkpoint_generation, describe_tokenizer, partitioner_options, refuse_other_task,
-)
+from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.flags import DTYPES
+from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, describe_tokenizer, partitioner_options
 
 NAME = "automatic-speech-recognition"
+DETECT = Detection(takes="Whisper", heads=(Head(prefix="Whisper"), Head("ForSpeechSeq2Seq")), model_types=("whisper",))
 MODEL = "AutoModelForSpeechSeq2Seq"
 RUNNER = "ExecuTorch's ASR runner (and --transcribe)"
 FLAGS = ("--max-context-len",)
@@ -152,7 +153,6 @@ def generation_config(args: argparse.Namespace, config: Any) -> Any:
 
     if not args.checkpoint:
         return tiny_generation_config(config)
-    refuse_other_task(NAME, args, config)
     if config.model_type != "whisper":
         raise CommandError(f"{args.checkpoint}: {config.model_type} is not exported for {NAME}; this command exports whisper")
     return checkpoint_generation(args.checkpoint, config)

@@ -30,12 +30,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from coreai_partitioner.cli.export import copy_beside, refuse_other_task
-from coreai_partitioner.cli.text_encoders import TextEncoderPlan, settle_text, write_tokenizer
+from coreai_partitioner.cli.detect import Detection
+from coreai_partitioner.cli.task import copy_beside
+from coreai_partitioner.cli.text_encoders import TextEncoderPlan, bare_encoder, settle_text, write_tokenizer
 from coreai_partitioner.cli.text_encoders import DEFAULTS, FLAGS, add_flags, tiny_config  # noqa: F401 - the text encoder tasks'
 from coreai_partitioner.cli.text_encoders import after, check, describe, dry_run, lower, reference  # noqa: F401 - their steps
 
 NAME = "feature-extraction"
+DETECT = Detection(
+    takes="a sentence-transformers checkpoint: modules.json beside config.json", files=("modules.json",), refusal_hint=bare_encoder
+)
 MODEL = "AutoModel"
 RUNNER = "an app's sentence embeddings (ExecuTorch's runtime)"
 
@@ -58,7 +62,6 @@ def settle(args: argparse.Namespace, config: Any) -> TextEncoderPlan:
     from coreai_partitioner.text_encoder import read_sentence_config
     from coreai_partitioner.text_encoder.tiny import SENTENCE
 
-    refuse_other_task(NAME, args, config)
     sentence = read_sentence_config(args.checkpoint) if args.checkpoint else SENTENCE
     return settle_text(NAME, args, config, sentence)
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from coreai_partitioner.cli.export import refuse_other_task
+from coreai_partitioner.cli.detect import Detection, Head
 from coreai_partitioner.cli.text_encoders import TextEncoderPlan, settle_text
 from coreai_partitioner.cli.text_encoders import DEFAULTS, FLAGS, add_flags, tiny_config  # noqa: F401 - the text encoder tasks'
 from coreai_partitioner.cli.text_encoders import after, check, describe, dry_run, lower, reference  # noqa: F401 - their steps
 from coreai_partitioner.cli.text_encoders import write_tokenizer as companions  # noqa: F401 - its companions: the tokenizer
 
 NAME = "fill-mask"
+DETECT = Detection(takes="a *ForMaskedLM: bert, roberta, distilbert", heads=(Head("ForMaskedLM"),))
 MODEL = "AutoModelForMaskedLM"
 RUNNER = "optimum-executorch's ExecuTorchModelForMaskedLM"
 
@@ -51,5 +52,4 @@ def refusals() -> tuple[type[Exception], ...]:
 
 def settle(args: argparse.Namespace, config: Any) -> TextEncoderPlan:
     """A masked LM's checkpoint, a model type a family adapts, the longest input."""
-    refuse_other_task(NAME, args, config)
     return settle_text(NAME, args, config)

@@ -29,11 +29,13 @@ from typing import Any
 
 import torch
 
-from coreai_partitioner.cli.export import (
-    Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options, refuse_other_task,
-)
+from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
 
 NAME = "image-classification"
+DETECT = Detection(
+    takes="a *ForImageClassification", heads=(Head("ForImageClassification"), Head("ForImageClassificationWithTeacher"))
+)
 MODEL = "AutoModelForImageClassification"
 RUNNER = "optimum-executorch's ExecuTorchModelForImageClassification"
 FLAGS: tuple[str, ...] = ()
@@ -63,7 +65,6 @@ def refusals() -> tuple[type[Exception], ...]:
 
 def settle(args: argparse.Namespace, config: Any) -> Plan:
     """An image classifier's checkpoint, the host form."""
-    refuse_other_task(NAME, args, config)
     host_form_only(NAME, args)
     return Plan(args, config, runner_tokenizer=False)
 

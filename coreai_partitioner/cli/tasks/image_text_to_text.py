@@ -37,15 +37,27 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import (
-    Phases, Plan, copy_beside, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside,
-)
+from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
 
 NAME = "image-text-to-text"
+DETECT = Detection(
+    takes="a *ForImageTextToText, or a *ForConditionalGeneration with a vision_config, or a VLM family's model_type",
+    heads=(Head("ForConditionalGeneration", key="vision_config"), Head("ForImageTextToText")),
+    model_types=lambda: tiny_configs(),  # a tiny model per family, named by the model type the family adapts
+    own_refusal=lambda config: not_a_vision_language_model(config),
+)
 MODEL = "AutoModelForImageTextToText"
 RUNNER = "MultimodalRunner"
 FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "--no-tokenizer", "--generate", "--new-tokens")
 DEFAULTS: dict[str, Any] = {}
+
+
+def not_a_vision_language_model(config: Any) -> None:
+    """Refuse a checkpoint of another task in this task's words: a text-only model is text generation's."""
+    from coreai_partitioner.vision import family_of
+
+    family_of(config)
 
 
 def tiny_configs() -> list[str]:

@@ -35,11 +35,15 @@ from typing import Any
 import torch
 
 from coreai_partitioner import console
-from coreai_partitioner.cli.export import (
-    Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options, refuse_other_task,
-)
+from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options
 
 NAME = "text2text-generation"
+DETECT = Detection(
+    takes="T5 and Flan-T5, a T5ForConditionalGeneration",
+    heads=(Head("ForConditionalGeneration", model_type="t5", absent="vision_config"),),
+    model_types=("t5",),
+)
 MODEL = "AutoModelForSeq2SeqLM"
 RUNNER = "optimum-executorch's ExecuTorchModelForSeq2SeqLM (and --generate)"
 FLAGS = ("--max-input-len", "--max-context-len", "--generate", "--new-tokens")
@@ -115,7 +119,6 @@ def generation_config(args: argparse.Namespace, config: Any) -> Any:
 
     if not args.checkpoint:
         return tiny_generation_config(config)
-    refuse_other_task(NAME, args, config)
     return checkpoint_generation(args.checkpoint, config)
 
 

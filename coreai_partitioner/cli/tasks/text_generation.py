@@ -42,9 +42,12 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.export import Phases, Plan, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
+from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.task import Phases, Plan, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
 
 NAME = "text-generation"
+#: a tiny model per family, named by the model type the family adapts
+DETECT = Detection(takes="a *ForCausalLM or an LLM family's model_type", heads=(Head("ForCausalLM"),), model_types=lambda: tiny_configs())
 MODEL = "AutoModelForCausalLM"
 RUNNER = "ExecuTorch's LLM runner"
 FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "--no-tokenizer", "--generate", "--new-tokens")

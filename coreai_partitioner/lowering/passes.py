@@ -20,6 +20,8 @@ drops the ``expand`` calls that specialize wrongly in Core AI (coreai-core 1.0.0
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from executorch.exir.pass_base import PassResult
 from torch.fx import GraphModule
@@ -151,6 +153,20 @@ def _restrides_in_place(node: torch.fx.Node) -> bool:
             return False
         dense *= dim
     return True
+
+
+def get_default_compile_config() -> Any:
+    """Core AI's ``EdgeCompileConfig``: upstream's (``_skip_dim_order``), with ExecuTorch's opset check off.
+
+    The check refuses every ATen op outside the Core ATen opset before the
+    partitioner sees the program, whoever would run it: ``round(decimals=)``,
+    which the converter lowers, and ``randn_like`` (VITS), which the portable
+    kernels run.  What the converter does not lower is left to the portable
+    kernels, and an op neither runs is decomposed first
+    (:mod:`coreai_partitioner.partition.kernel_gaps`), so the check has nothing
+    left to say; XNNPACK's config and ExecuTorch's test harness turn it off too.
+    """
+    return _compat.without_opset_check(_compat.upstream_compile_config())
 
 
 def get_default_passes() -> list:

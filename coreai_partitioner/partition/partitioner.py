@@ -21,6 +21,7 @@ from coreai_partitioner.backends.apple_coreai import BACKEND_ID
 from coreai_partitioner.backends.apple_coreai.preprocess import SHARE_ASSET_KEY
 from coreai_partitioner.backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, compile_specs as debug_info_specs
 from coreai_partitioner.partition.boundaries import split_by_segment
+from coreai_partitioner.partition.kernel_gaps import fill_kernel_gaps
 from coreai_partitioner.records.carried import claim_call_sites
 from coreai_partitioner.records.call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from coreai_partitioner.records.externalize import check_records
@@ -90,7 +91,7 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         self._pending_partitions += 1
-        return _with_own_constants(exported_program)
+        return fill_kernel_gaps(_with_own_constants(exported_program))
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         if self._pending_partitions == 0:

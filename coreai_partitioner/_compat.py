@@ -173,6 +173,14 @@ def sym_expr(size: Any) -> Any:
     return size.node.expr if isinstance(size, torch.SymInt) else size
 
 
+def unbacked_symbols(value: Any) -> set:
+    """The data-dependent symbols (``u0``: ``nonzero``'s count, an ``item()``) in a node's value's sizes, or in it."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    return set().union(*(free_unbacked_symbols(part) for part in parts if isinstance(part, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))))
+
+
 def symbol_range(size: torch.SymInt, symbol: Any) -> tuple[str, str]:
     """The value range ``size``'s shape environment gives ``symbol`` (``("?", "?")`` when it has none)."""
     bounds = size.node.shape_env.var_to_range.get(symbol)

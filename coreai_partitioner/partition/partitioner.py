@@ -85,9 +85,9 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         # to_edge_transform_and_lower calls transform_for_pre_decomposition once
         # per method before partition(); the legacy to_edge() flow never does.
         self._pending_partitions = 0
-        #: op -> why a node of it stayed outside the delegates although the converter knows the op
+        #: op -> every reason a node of it stayed outside the delegates although the converter knows the op
         #: (its arguments: ``avg_pool2d`` with ``ceil_mode``...), from every program partitioned so far
-        self.refused: dict[str, str] = {}
+        self.refused: dict[str, list[str]] = {}
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         self._pending_partitions += 1
@@ -111,7 +111,9 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         partitions = CapabilityBasedPartitioner(
             exported_program.graph_module, support, allows_single_node_partition=True
         ).propose_partitions()
-        self.refused.update(support.refused)
+        for op, reasons in support.refused.items():
+            known = self.refused.setdefault(op, [])
+            known.extend(reason for reason in reasons if reason not in known)
         delegation_spec = self._delegation_spec_for(exported_program)
         partition_tags: dict[str, DelegationSpec] = {}
         # A graph break the model marked (boundaries.segment) splits a partition in two.

@@ -77,7 +77,7 @@ _PUBLIC = {
     "do_not_delegate": "._compat",
     "export_with_composites": ".lowering.lower",
     "externalize_modules": ".records.externalize",
-    "get_default_compile_config": "._compat",
+    "get_default_compile_config": ".lowering.passes",
     "get_default_passes": ".lowering.passes",
     "load_runtime_backend": ".backends.apple_coreai.runtime.host",
     "lower": ".lowering.lower",
@@ -90,12 +90,12 @@ __all__ = [*_PUBLIC, "verify"]
 
 if TYPE_CHECKING:
     from coreai_partitioner import llm, verify
-    from coreai_partitioner._compat import ExternalizeSpec, do_not_delegate, get_default_compile_config
+    from coreai_partitioner._compat import ExternalizeSpec, do_not_delegate
     from coreai_partitioner.backends.apple_coreai.runtime.host import load_runtime_backend
     from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
     from coreai_partitioner.lowering.lower import export_with_composites, lower, lower_exported, save_pte
     from coreai_partitioner.partition.partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.passes import get_default_passes
+    from coreai_partitioner.lowering.passes import get_default_compile_config, get_default_passes
     from coreai_partitioner.records.specs import default_specs, spec_for
 
 

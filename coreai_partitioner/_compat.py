@@ -66,7 +66,7 @@ _PARTITIONER = f"{_APPLE}.partition.partitioner"
 
 #: ExecuTorch's names, imported on first use: ``name here: (module, name there)``; ``None`` is the module itself.
 _EXECUTORCH = {
-    "get_default_compile_config": (_APPLE, "get_default_compile_config"),
+    "upstream_compile_config": (_APPLE, "get_default_compile_config"),
     "get_default_passes": (_APPLE, "get_default_passes"),
     "_apply_enumerated_shapes": (f"{_APPLE}.compiler.enumerated_shapes", "apply_enumerated_shapes"),
     "resolve_input_enumerations": (f"{_APPLE}.compiler.enumerated_shapes", "resolve_input_enumerations"),
@@ -224,6 +224,14 @@ def sym_expr(size: Any) -> Any:
     return size.node.expr if isinstance(size, torch.SymInt) else size
 
 
+def unbacked_symbols(value: Any) -> set:
+    """The data-dependent symbols (``u0``: ``nonzero``'s count, an ``item()``) in a node's value's sizes, or in it."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    return set().union(*(free_unbacked_symbols(part) for part in parts if isinstance(part, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))))
+
+
 def symbol_range(size: torch.SymInt, symbol: Any) -> tuple[str, str]:
     """The value range ``size``'s shape environment gives ``symbol`` (``("?", "?")`` when it has none)."""
     bounds = size.node.shape_env.var_to_range.get(symbol)
@@ -260,11 +268,36 @@ def compression_ops() -> Any:
     return torch.ops.coreai
 
 
-def unverified_compile_config() -> Any:
-    """Core AI's ``EdgeCompileConfig`` without ExecuTorch's IR re-verification after every pass."""
-    config = _executorch("get_default_compile_config")()
+def without_opset_check(config: Any) -> Any:
+    """``config`` (an ``EdgeCompileConfig``) with ExecuTorch's IR check off (its private ``_check_ir_validity``)."""
     config._check_ir_validity = False
     return config
+
+
+def unverified_compile_config() -> Any:
+    """:func:`coreai_partitioner.lowering.passes.get_default_compile_config` (the name ``llm/export.py`` calls)."""
+    from coreai_partitioner.lowering.passes import get_default_compile_config
+
+    return get_default_compile_config()
+
+
+def return_types_as_tuples(program: Any) -> None:
+    """Make a ``torch.return_types`` result (``torch.median(x, dim)``'s ``(values, indices)``) a plain tuple in
+    ``program``'s output spec: ExecuTorch's emitter cannot name the type ("No registered serialization name for
+    <class 'torch.return_types.median'>"), and its runtime returns a flat list of outputs either way."""
+    from torch.utils import _pytree
+
+    def plain(spec: Any) -> Any:
+        if spec.is_leaf():
+            return spec
+        children = [plain(child) for child in spec.children()]
+        if _pytree.is_structseq_class(spec.type):
+            return _pytree.TreeSpec(tuple, None, children)
+        return _pytree.TreeSpec(spec.type, spec.context, children)
+
+    for entry in program.module_call_graph[:1]:
+        if entry.signature is not None:
+            entry.signature.out_spec = plain(entry.signature.out_spec)
 
 
 def aten_op(target: Any) -> Any:

@@ -137,7 +137,7 @@ class Op(torch.nn.Module):
         return self.fn(*args)
 
 
-def lower_plain(model: torch.nn.Module, sample: tuple):
+def lower_plain(model: torch.nn.Module, sample: tuple, dynamic_shapes=None):
     """``to_edge_transform_and_lower`` as a deployer calls it for Core AI; the edge manager and the partitioner."""
     from executorch.exir import to_edge_transform_and_lower
 
@@ -145,7 +145,7 @@ def lower_plain(model: torch.nn.Module, sample: tuple):
 
     partitioner = CoreAIPartitioner()
     edge = to_edge_transform_and_lower(
-        torch.export.export(model.eval(), sample),
+        torch.export.export(model.eval(), sample, dynamic_shapes=dynamic_shapes),
         partitioner=[partitioner],
         compile_config=get_default_compile_config(),
         transform_passes=get_default_passes(),

@@ -51,7 +51,7 @@ x = torch.randn(2, 8, 8)
 def test_a_rank0_operand_from_outside_keeps_its_reader_outside_and_the_pte_gives_eagers_result(model, sample):
     outside, refused, actual = _lower_and_run(model, sample)
     assert outside["aten.mul.Tensor"] == 1
-    assert "rank-0 delegate input" in refused["aten.mul.Tensor"]
+    assert any("rank-0 delegate input" in reason for reason in refused["aten.mul.Tensor"])
     assert "aten.relu.default" not in outside
     torch.testing.assert_close(actual, model(*sample))
 

@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from coreai_partitioner._compat import ExternalizeSpec, get_default_compile_config
+from coreai_partitioner._compat import ExternalizeSpec
 from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
-from coreai_partitioner.lowering.passes import get_default_passes, remove_noop_expands
+from coreai_partitioner.lowering.passes import get_default_compile_config, get_default_passes, remove_noop_expands
 from coreai_partitioner.lowering.precision import cast_sample, check_dtype, floating_as
 from coreai_partitioner.records.specs import default_specs
 
@@ -99,6 +99,7 @@ def export_with_composites(
     if decompositions is not None:
         for graph_module in [program.graph_module, *(record.exported_program.graph_module for record in records)]:
             remove_noop_expands(graph_module)
+    _compat.return_types_as_tuples(program)
     return program, records
 
 

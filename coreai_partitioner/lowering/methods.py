@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from coreai_partitioner import _compat
+from coreai_partitioner.lowering.passes import get_default_compile_config
 from coreai_partitioner.lowering.device import check_delegates, executorch_config, relabel_backend
 from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_programs
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
@@ -69,12 +69,11 @@ def lower_methods(
         )
         for method, (program, records) in exported
     }
-    # The programs are ours and their .pte is checked end to end: no ExecuTorch IR re-verification.
     with torch.no_grad():
         edge = lower_whole_programs(
             methods,
             constant_methods=constant_methods,
-            compile_config=_compat.unverified_compile_config(),
+            compile_config=get_default_compile_config(),
             executorch_config=executorch_config if device else None,
         )
     if device:

@@ -20,10 +20,12 @@ drops the ``expand`` calls that specialize wrongly in Core AI (coreai-core 1.0.0
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import torch
 from executorch.exir.pass_base import PassResult
 from torch.fx import GraphModule
-from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from coreai_partitioner import _compat
 
@@ -53,6 +55,7 @@ class NarrowToCoreAIDtypes:
         output = graph.output_node()
         output_dtypes = [_val(arg).dtype if _is_64bit(_val(arg)) else None for arg in output.args[0]]
 
+        narrowed = []
         for placeholder in placeholders:
             val = placeholder.meta.get("val")
             if not _is_64bit(val) or not placeholder.users:
@@ -61,17 +64,12 @@ class NarrowToCoreAIDtypes:
                 cast = graph.call_function(to_copy, (placeholder,), {"dtype": _NARROW[val.dtype]})
             placeholder.replace_all_uses_with(cast)
             cast.args = (placeholder,)
+            narrowed.append(cast)
 
         for factory in factories:
             factory.kwargs = {**factory.kwargs, "dtype": _NARROW[factory.meta["val"].dtype]}
 
-        inputs = [p.meta["val"] for p in placeholders]
-        fake_mode = _compat.detect_fake_mode(inputs)
-        propagation = FakeTensorProp(graph_module, mode=fake_mode)
-        if fake_mode is None:
-            propagation.propagate(*inputs)
-        else:
-            propagation.propagate_dont_convert_inputs(*inputs)
+        propagate_from(graph_module, [*narrowed, *factories], to_copy)
 
         outputs = list(output.args[0])
         for index, dtype in enumerate(output_dtypes):
@@ -86,6 +84,59 @@ class NarrowToCoreAIDtypes:
         output.args = (tuple(outputs),)
         graph_module.recompile()
         return PassResult(graph_module, True)
+
+
+def propagate_from(graph_module: GraphModule, changed: list[torch.fx.Node], to_copy) -> None:
+    """Re-propagate ``meta["val"]`` from the ``changed`` nodes to the nodes they reach, in the program's fake mode.
+
+    Only what a changed dtype or layout reaches runs again, so the program's
+    symbols stay its own: a full ``FakeTensorProp`` makes fresh ones for every
+    data-dependent size (``nonzero``, ``item()``) and then guards on them
+    ("Could not extract specialized integer from data-dependent expression
+    u7", VITS).  A node whose value comes out as it was stops the spread; a
+    node that cannot run again on its new operands (a guard on such a size)
+    gets them cast back to what they were, with ``to_copy``.
+    """
+    graph = graph_module.graph
+    inputs = [node.meta.get("val") for node in graph.nodes if node.op == "placeholder"]
+    fake_mode = _compat.detect_fake_mode(inputs)
+    shape_env = fake_mode.shape_env if fake_mode is not None else None
+    old = {node: node.meta.get("val") for node in graph.nodes}
+    seeds, changed = set(changed), set()
+    with fake_mode or contextlib.nullcontext():
+        for node in list(graph.nodes):
+            if node.op != "call_function" or (node not in seeds and not any(i in changed for i in node.all_input_nodes)):
+                continue
+            try:
+                args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+                new = node.target(*args, **kwargs)
+            except Exception:  # noqa: BLE001 - a guard on a data-dependent size: this node keeps what it read
+                for operand in [i for i in node.all_input_nodes if i in changed and _dtype(old[i]) != _dtype(_val(i))]:
+                    with graph.inserting_before(node):
+                        widen = graph.call_function(to_copy, (operand,), {"dtype": old[operand].dtype})
+                    widen.meta["val"] = old[operand]
+                    node.replace_input_with(operand, widen)
+                continue
+            finally:
+                if shape_env is not None:
+                    shape_env.pending_fresh_unbacked_symbols.clear()
+            if _layout(new) != _layout(old[node]):
+                node.meta["val"] = new
+                changed.add(node)
+    graph_module.recompile()
+
+
+def _dtype(value):
+    return value.dtype if isinstance(value, torch.Tensor) else None
+
+
+def _layout(value):
+    """What a reader of ``value`` depends on beyond its sizes: its dtypes and strides."""
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    return tuple(
+        (part.dtype, tuple(map(str, map(_compat.sym_expr, part.stride())))) if isinstance(part, torch.Tensor) else type(part)
+        for part in parts
+    )
 
 
 class SplitSymbolicSizes:
@@ -151,6 +202,20 @@ def _restrides_in_place(node: torch.fx.Node) -> bool:
             return False
         dense *= dim
     return True
+
+
+def get_default_compile_config() -> Any:
+    """Core AI's ``EdgeCompileConfig``: upstream's (``_skip_dim_order``), with ExecuTorch's opset check off.
+
+    The check refuses every ATen op outside the Core ATen opset before the
+    partitioner sees the program, whoever would run it: ``round(decimals=)``,
+    which the converter lowers, and ``randn_like`` (VITS), which the portable
+    kernels run.  What the converter does not lower is left to the portable
+    kernels, and an op neither runs is decomposed first
+    (:mod:`coreai_partitioner.partition.kernel_gaps`), so the check has nothing
+    left to say; XNNPACK's config and ExecuTorch's test harness turn it off too.
+    """
+    return _compat.without_opset_check(_compat.upstream_compile_config())
 
 
 def get_default_passes() -> list:

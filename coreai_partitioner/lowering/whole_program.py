@@ -45,7 +45,7 @@ from torch.export import ExportedProgram
 from coreai_partitioner import _compat
 from coreai_partitioner.partition.boundaries import mark_outside, sizes_from_floats
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
-from coreai_partitioner.lowering.passes import get_default_passes
+from coreai_partitioner.lowering.passes import get_default_compile_config, get_default_passes
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def lower_whole_programs(
     ``executorch_config`` makes the ``ExecutorchBackendConfig`` the result's
     ``to_executorch()`` uses when given none.
     """
-    config = compile_config if compile_config is not None else _compat.get_default_compile_config()
+    config = compile_config if compile_config is not None else get_default_compile_config()
     programs: dict[str, ExportedProgram] = {}
     for method, (program, partitioner) in methods.items():
         started = time.perf_counter()

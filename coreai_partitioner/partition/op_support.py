@@ -35,46 +35,45 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
         self._unpaired = unpaired
         self._constants = constants
         self.rejected: dict[str, str] = {}
-        #: op -> why the converter cannot lower it right, for the nodes :mod:`.claims` kept outside
-        self.refused: dict[str, str] = {}
+        #: op -> every reason :mod:`.claims` gave for keeping a node of it outside
+        self.refused: dict[str, list[str]] = {}
 
     def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
-        if node.op == "call_function" and _in_narrowed_index(node):
+        if node.op == "call_function" and externalized_op_name(node.target) is not None:
+            reason = self._rejection(node)
+            if reason is not None:
+                self.rejected[node.name] = reason
+            return reason is None
+        reason = claims.refusal(node)  # every rule, whatever path below would take the node
+        if reason is not None:
+            self._refuse(node, reason)
+            return False
+        if node.op != "call_function":
+            return super().is_node_supported(submodules, node)
+        tagged = bool(node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False))
+        if _in_narrowed_index(node):
             # topk's int64 indices, narrowed to int32 right away: coreai-torch converts topk with si32
             # indices, so no int64 value exists in the delegate or crosses its boundary (MoE routers).
-            return not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
-        if node.op == "call_function" and _is_int32_cast(node) and _placeholder_name(node.args[0]) in self._constants:
+            return not tagged
+        if _is_int32_cast(node) and _placeholder_name(node.args[0]) in self._constants:
             # a 64-bit constant narrowed by get_default_passes(): the delegate takes the constant's data and the cast
             # (coreai-torch narrows 64-bit constants itself), so nothing is left outside for it
-            return claims.refusal(node) is None and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
-        if node.op == "call_function" and _is_pool_with_unread_indices(node):
+            return not tagged
+        if _is_pool_with_unread_indices(node):
             # max_pool2d_with_indices returns int64 indices beside its values; the converter returns zeros for them,
             # and a delegate cannot carry int64: claimed when only the values are read (claims/pooling.py checks it).
-            reason = claims.refusal(node)
-            if reason is not None:
-                self.refused[str(_compat.aten_op(node.target))] = reason
-            return reason is None and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)
-        if node.op == "call_function" and _is_bool_mul(node):
-            # coreai-torch lowers it to coreai.mul, which the Core AI runtime has no bool kernel for.
-            return False
-        if node.op == "call_function" and _is_index_put(node) and _symbolic_beyond_dim0(node):
-            # coreai-torch: "index_put currently only supports dynamic batch dimension (dim 0)"
-            return False
-        if node.op == "call_function" and is_symbolic_scalar(node.meta.get("val")) and not self._readers_inside(submodules, node):
+            return not tagged
+        if is_symbolic_scalar(node.meta.get("val")) and not self._readers_inside(submodules, node):
             return False  # a delegate cannot return it: the scalar stays with its readers, outside
-        if node.op == "call_function" and externalized_op_name(node.target) is None and _has_symbolic_scalar(node):
+        if _has_symbolic_scalar(node):
             return self._supports_symbolic(node)
-        if node.op != "call_function" or externalized_op_name(node.target) is None:
-            reason = claims.refusal(node)
-            if reason is not None:
-                self.refused[str(_compat.aten_op(node.target))] = reason
-                self.log_once(f"Node {node.name} stays outside the delegate: {reason}")
-                return False
-            return super().is_node_supported(submodules, node)
-        reason = self._rejection(node)
-        if reason is not None:
-            self.rejected[node.name] = reason
-        return reason is None
+        return super().is_node_supported(submodules, node)
+
+    def _refuse(self, node: torch.fx.Node, reason: str) -> None:
+        reasons = self.refused.setdefault(str(_compat.aten_op(node.target)), [])
+        if reason not in reasons:
+            reasons.append(reason)
+        self.log_once(f"Node {node.name} stays outside the delegate: {reason}")
 
     def _rejection(self, node: torch.fx.Node) -> str | None:
         if node.name in self._unpaired:
@@ -150,17 +149,6 @@ def _has_symbolic_scalar(node: torch.fx.Node) -> bool:
     return any(is_symbolic_scalar(val) for val in _compat.node_tensor_vals(node))
 
 
-def _is_index_put(node: torch.fx.Node) -> bool:
-    return _compat.aten_op(node.target) in (torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)
-
-
-def _symbolic_beyond_dim0(node: torch.fx.Node) -> bool:
-    return any(
-        isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape[1:])
-        for val in _compat.node_tensor_vals(node)
-    )
-
-
 def _is_int32_cast(node: torch.fx.Node) -> bool:
     return (
         node.op == "call_function"
@@ -208,14 +196,7 @@ def _is_pool_with_unread_indices(node: torch.fx.Node) -> bool:
     return (
         isinstance(source, torch.Tensor)
         and source.dtype in (torch.float16, torch.float32)
-        and all(isinstance(size, int) for size in source.shape)
         and not any(user.args[1] == 1 and user.users for user in node.users if user.target is operator.getitem)
     )
 
 
-def _is_bool_mul(node: torch.fx.Node) -> bool:
-    target = _compat.aten_op(node.target)
-    if target not in (torch.ops.aten.mul.Tensor, torch.ops.aten.mul.Scalar):
-        return False
-    value = node.meta.get("val")
-    return isinstance(value, torch.Tensor) and value.dtype == torch.bool

@@ -22,6 +22,7 @@ from coreai_partitioner.backends.apple_coreai.deliver import DATA_TAG, EXTERNAL_
 from coreai_partitioner.backends.apple_coreai.preprocess import SHARE_ASSET_KEY
 from coreai_partitioner.backends.apple_coreai.debug_info import DEFAULT as DEFAULT_DEBUG_INFO, compile_specs as debug_info_specs
 from coreai_partitioner.partition.boundaries import split_by_segment
+from coreai_partitioner.partition.kernel_gaps import fill_kernel_gaps
 from coreai_partitioner.records.carried import claim_call_sites
 from coreai_partitioner.records.call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from coreai_partitioner.records.externalize import check_records
@@ -98,13 +99,13 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         # to_edge_transform_and_lower calls transform_for_pre_decomposition once
         # per method before partition(); the legacy to_edge() flow never does.
         self._pending_partitions = 0
-        #: op -> why a node of it stayed outside the delegates although the converter knows the op
+        #: op -> every reason a node of it stayed outside the delegates although the converter knows the op
         #: (its arguments: ``avg_pool2d`` with ``ceil_mode``...), from every program partitioned so far
-        self.refused: dict[str, str] = {}
+        self.refused: dict[str, list[str]] = {}
 
     def transform_for_pre_decomposition(self, exported_program: ExportedProgram) -> ExportedProgram:
         self._pending_partitions += 1
-        return _with_own_constants(exported_program)
+        return fill_kernel_gaps(_with_own_constants(exported_program))
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         if self._pending_partitions == 0:
@@ -124,7 +125,9 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         partitions = CapabilityBasedPartitioner(
             exported_program.graph_module, support, allows_single_node_partition=True
         ).propose_partitions()
-        self.refused.update(support.refused)
+        for op, reasons in support.refused.items():
+            known = self.refused.setdefault(op, [])
+            known.extend(reason for reason in reasons if reason not in known)
         delegation_spec = self._delegation_spec_for(exported_program)
         partition_tags: dict[str, DelegationSpec] = {}
         # A graph break the model marked (boundaries.segment) splits a partition in two.

@@ -1,11 +1,13 @@
-"""The Core AI flows: ExecuTorch's harness ``Tester`` with ``CoreAIPartitioner`` and this package's runtime.
+"""The Core AI flows: ExecuTorch's harness ``Tester`` lowering with :func:`coreai_partitioner.lower`, and this package's runtime.
 
 A flow is the suite's unit (``executorch.backends.test.suite.flow.TestFlow``):
 a name, a backend and a ``Tester`` factory.  The coreai flow lowers the way a
-deployer does (``to_edge_transform_and_lower`` with ``CoreAIPartitioner``,
-Core AI's compile config and transform passes) and runs the ``.pte`` in
-ExecuTorch's own runtime, whose Core AI delegates run on this machine's
-Core AI runtime (:func:`coreai_partitioner.load_runtime_backend`).
+user does: its export stage is :func:`~coreai_partitioner.export_with_composites`
+and its lowering stage :func:`~coreai_partitioner.lower_exported`, the two halves
+of :func:`~coreai_partitioner.lower` (``get_default_compile_config()``,
+``get_default_passes()``), and it runs the ``.pte`` in ExecuTorch's own
+runtime, whose Core AI delegates run on this machine's Core AI runtime
+(:func:`coreai_partitioner.load_runtime_backend`).
 """
 
 from __future__ import annotations
@@ -17,29 +19,36 @@ import executorch.backends.test.harness.stages as stages
 from executorch.backends.test.harness import Tester
 from executorch.backends.test.harness.stages import StageType
 from executorch.backends.test.suite.flow import TestFlow
-from executorch.exir import to_edge_transform_and_lower
 
 import torch
 
-from coreai_partitioner import CoreAIPartitioner, get_default_passes, load_runtime_backend
-from coreai_partitioner._compat import unverified_compile_config
+from coreai_partitioner import CoreAIPartitioner, export_with_composites, load_runtime_backend, lower_exported
 from coreai_partitioner.lowering.device import check_delegates, relabel_backend
 
 
-class Lower(stages.ToEdgeTransformAndLower):
-    """``to_edge_transform_and_lower`` as a deployer calls it for Core AI (the IR check off, as every flow's)."""
+class Export(stages.Export):
+    """``export_with_composites``, keeping the records for :class:`Lower` (the artifact is the program, eager's
+    reference)."""
 
-    def __init__(self, partitioners: list | None = None, edge_compile_config: Any = None) -> None:
-        super().__init__(partitioners=partitioners, edge_compile_config=edge_compile_config or unverified_compile_config())
+    def __init__(self, records: dict, dynamic_shapes: Any = None) -> None:
+        super().__init__(dynamic_shapes=dynamic_shapes)
+        self.records = records
+
+    def run(self, artifact: torch.nn.Module, inputs: Any) -> None:
+        self.exported_program, self.records["records"] = export_with_composites(
+            artifact, inputs, dynamic_shapes=self.dynamic_shapes
+        )
+
+
+class Lower(stages.ToEdgeTransformAndLower):
+    """``lower_exported`` on what :class:`Export` made: what ``lower(model, sample)`` calls."""
+
+    def __init__(self, records: dict, partitioners: list | None = None, edge_compile_config: Any = None) -> None:
+        super().__init__(partitioners=partitioners, edge_compile_config=edge_compile_config)
+        self.records = records
 
     def run(self, artifact: Any, inputs: Any = None, generate_etrecord: bool = False) -> None:
-        self.edge_dialect_program = to_edge_transform_and_lower(
-            artifact,
-            compile_config=self.edge_compile_conf,
-            partitioner=self.partitioners or [CoreAIPartitioner()],
-            transform_passes=get_default_passes(),
-            generate_etrecord=generate_etrecord,
-        )
+        self.edge_dialect_program = lower_exported((artifact, self.records.get("records")), generate_etrecord=generate_etrecord)
 
 
 class DeviceLower(Lower):
@@ -52,14 +61,16 @@ class DeviceLower(Lower):
 
 
 class CoreAITester(Tester):
-    """The harness ``Tester`` whose lowering is Core AI's and whose runtime has the Core AI backend."""
+    """The harness ``Tester`` whose export and lowering are ``lower()``'s and whose runtime has the Core AI backend."""
 
     lower_stage = Lower
 
     def __init__(self, module: Any, example_inputs: Any, dynamic_shapes: Any = None) -> None:
         load_runtime_backend()
+        records: dict = {}  # what the export stage hands the lowering stage beside the program
         classes = Tester.default_stage_classes() | {
-            StageType.TO_EDGE_TRANSFORM_AND_LOWER: self.lower_stage,
+            StageType.EXPORT: functools.partial(Export, records),
+            StageType.TO_EDGE_TRANSFORM_AND_LOWER: functools.partial(self.lower_stage, records),
             StageType.PARTITION: functools.partial(stages.Partition, partitioner=CoreAIPartitioner()),
         }
         super().__init__(module, example_inputs, stage_classes=classes, dynamic_shapes=dynamic_shapes)

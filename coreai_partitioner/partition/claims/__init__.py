@@ -97,5 +97,5 @@ def left_outside(node: torch.fx.Node, refused: Callable[[torch.fx.Node], bool]) 
 
 # The rule modules register themselves on import.
 from coreai_partitioner.partition.claims import (  # noqa: E402,F401
-    arithmetic, convolution, indexing, pooling, reductions, scalar_results, scalars, shapes, upsampling,
+    arithmetic, convolution, data_dependent, indexing, pooling, reductions, scalar_results, scalars, shapes, upsampling,
 )

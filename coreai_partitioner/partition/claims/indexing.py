@@ -4,7 +4,8 @@ coreai-torch lowers ``index_put`` to ``coreai.scatter_nd``: it refuses
 ``accumulate=True`` ("index_put with accumulate=True is not supported"), and
 values that must be broadcast over the indexed rows are scattered without the
 broadcast (a silently wrong result), so only values of the indexed shape are
-claimed.
+claimed.  A symbolic size past dim 0 it refuses ("index_put currently only
+supports dynamic batch dimension (dim 0)").
 """
 
 from __future__ import annotations
@@ -31,4 +32,16 @@ def unsupported_index_put(node: torch.fx.Node) -> str | None:
             f"values of shape {list(values.shape)} broadcast over indexed rows of shape {list(indexed.shape)}: "
             "the converter scatters them without the broadcast"
         )
+    return None
+
+
+@refuses(torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)
+def symbolic_size_past_dim0(node: torch.fx.Node) -> str | None:
+    for operand in (node, *node.all_input_nodes):
+        val = value(operand)
+        if isinstance(val, torch.Tensor) and any(not isinstance(size, int) for size in val.shape[1:]):
+            return (
+                f"{operand.name} has a symbolic size past dim 0 ({list(val.shape)}): 'index_put currently only "
+                "supports dynamic batch dimension (dim 0)'"
+            )
     return None

@@ -11,7 +11,9 @@ for the indices.  Each rule keeps the node outside where the converter's
 output would differ from PyTorch's.  The arguments coreai-torch reads by
 position and dies on (a stride of ``[]``, ``ceil_mode`` without
 ``count_include_pad``) are written out before it converts
-(``backends/apple_coreai/passes.py``'s ``pool_arguments_in_full``).
+(``backends/apple_coreai/passes.py``'s ``pool_arguments_in_full``).  At a
+symbolic spatial size only ``ceil_mode`` needs the static size: by floor,
+PyTorch's output size is the converter's at any size.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def _windows(node: torch.fx.Node, spatial: int, default_padding: int = 0) -> tup
 
 
 def _spatial_shape(node: torch.fx.Node, spatial: int) -> tuple | None:
+    """The input's and the output's spatial sizes, or None where one is symbolic (known when the program runs)."""
     source, result = value(node.args[0]), value(node)
     if isinstance(result, (tuple, list)):
         result = result[0]
@@ -42,6 +45,13 @@ def _spatial_shape(node: torch.fx.Node, spatial: int) -> tuple | None:
         return None
     sizes = tuple(source.shape[-spatial:]) + tuple(result.shape[-spatial:])
     return sizes if all(isinstance(s, int) for s in sizes) else None
+
+
+#: why ``ceil_mode`` needs the static size (XNNPACK too refuses ``ceil_mode`` only, under dynamic shapes)
+_CEIL_AT_SYMBOLIC_SIZE = (
+    "ceil_mode=True at a symbolic spatial size: whether it adds a window PyTorch's rules keep or drop is known only "
+    "when the program runs"
+)
 
 
 @refuses(torch.ops.aten.avg_pool2d.default, torch.ops.aten.avg_pool3d.default)
@@ -54,12 +64,13 @@ def average_pool(node: torch.fx.Node) -> str | None:
     ceil_mode = bool(argument(node, 4, "ceil_mode", False))
     count_include_pad = bool(argument(node, 5, "count_include_pad", True))
     shapes = _spatial_shape(node, spatial)
-    if shapes is None:
-        return "a symbolic spatial size: the converter sizes the pooled output statically"
-    sizes, pooled = shapes[:spatial], shapes[spatial:]
-    floor = tuple((size + 2 * p - k) // s + 1 for size, k, s, p in zip(sizes, kernel, stride, padding))
-    if ceil_mode and floor != pooled:
-        return f"ceil_mode=True makes the output {list(pooled)}, the converter sizes it by floor ({list(floor)})"
+    if ceil_mode and shapes is None:
+        return _CEIL_AT_SYMBOLIC_SIZE
+    if ceil_mode:
+        sizes, pooled = shapes[:spatial], shapes[spatial:]
+        floor = tuple((size + 2 * p - k) // s + 1 for size, k, s, p in zip(sizes, kernel, stride, padding))
+        if floor != pooled:
+            return f"ceil_mode=True makes the output {list(pooled)}, the converter sizes it by floor ({list(floor)})"
     if not count_include_pad and any(padding) and argument(node, 6, "divisor_override", None) is None:
         return "count_include_pad=False with padding: the converter divides every window by its full size"
     return None
@@ -74,15 +85,16 @@ def max_pool(node: torch.fx.Node) -> str | None:
     dilation = list(argument(node, 4, "dilation", [1, 1]))
     ceil_mode = bool(argument(node, 5, "ceil_mode", False))
     shapes = _spatial_shape(node, 2)
-    if shapes is None:
-        return "a symbolic spatial size: the converter sizes the pooled output statically"
-    rounding = math.ceil if ceil_mode else math.floor
-    converter = tuple(
-        int(rounding((size + 2 * p - d * (k - 1) - 1) / s)) + 1
-        for size, k, s, p, d in zip(shapes[:2], kernel, stride, padding, dilation)
-    )
-    if converter != shapes[2:]:
-        return f"the output is {list(shapes[2:])}, the converter sizes it {list(converter)} (ceil_mode={ceil_mode})"
+    if ceil_mode and shapes is None:
+        return _CEIL_AT_SYMBOLIC_SIZE
+    if shapes is not None:  # by floor, PyTorch's size is the converter's at any size
+        rounding = math.ceil if ceil_mode else math.floor
+        converter = tuple(
+            int(rounding((size + 2 * p - d * (k - 1) - 1) / s)) + 1
+            for size, k, s, p, d in zip(shapes[:2], kernel, stride, padding, dilation)
+        )
+        if converter != shapes[2:]:
+            return f"the output is {list(shapes[2:])}, the converter sizes it {list(converter)} (ceil_mode={ceil_mode})"
     indices = [user for user in node.users if user.args[1:] == (1,)]
     if any(user.users for user in indices):
         return "its indices are read: the converter returns zeros for them"

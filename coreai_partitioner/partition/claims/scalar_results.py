@@ -22,6 +22,7 @@ import torch
 
 from coreai_partitioner import _compat
 from coreai_partitioner.partition.claims import _RULES, EVERY_OP, is_rank0, left_outside, refuses, value
+from coreai_partitioner.partition.claims.data_dependent import data_dependent_size
 
 @refuses(EVERY_OP)
 def scalar_result_leaves_the_delegate(node: torch.fx.Node) -> str | None:
@@ -88,8 +89,11 @@ def _outside_on_its_own(node: torch.fx.Node) -> bool:
 
 
 def _refused_by_its_op(node: torch.fx.Node) -> bool:
-    return bool(node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False)) or any(
-        rule(node) is not None for rule in _RULES.get(_compat.converted_op(node.target), ())
+    """Tagged, refused by a rule of its op, or sized by data (a rule of every op that reads no neighbour)."""
+    return (
+        bool(node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False))
+        or any(rule(node) is not None for rule in _RULES.get(_compat.converted_op(node.target), ()))
+        or data_dependent_size(node) is not None
     )
 
 

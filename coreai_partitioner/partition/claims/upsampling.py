@@ -8,13 +8,16 @@ pixel when the scale is a whole number (an output size that is a whole
 multiple of the input's, or a whole scale factor); at a scale of a half
 (1.5) they agree only where a float tie rounds down, and elsewhere (7 to 10
 pixels) a silently shifted pixel comes out.  So only a whole scale is
-claimed.
+claimed; at a symbolic size, one the sizes show whole (``2 * s0`` from ``s0``).
 """
 
 from __future__ import annotations
 
 import torch
 
+import sympy
+
+from coreai_partitioner import _compat
 from coreai_partitioner.partition.claims import argument, refuses, value
 
 
@@ -32,11 +35,24 @@ def fractional_nearest_scale(node: torch.fx.Node) -> str | None:
     if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor):
         return None
     sizes, upsampled = tuple(source.shape[-2:]), tuple(result.shape[-2:])
-    if not all(isinstance(size, int) and size > 0 for size in sizes + upsampled):
-        return "a symbolic output size: the converter's nearest pixel is PyTorch's only at a whole scale, unknown here"
-    if all(out % size == 0 for size, out in zip(sizes, upsampled)):
+    whole = [_whole_scale(size, out) for size, out in zip(sizes, upsampled)]
+    if all(whole):
         return None
+    if None in whole:
+        return (
+            f"size {list(upsampled)} from {list(sizes)}: a scale known only when the program runs, and the converter's "
+            "nearest pixel is PyTorch's only at a whole scale"
+        )
     return (
         f"size {list(upsampled)} from {list(sizes)}: the converter picks the pixel nearest (dst + 0.5) / scale - 0.5, "
         "PyTorch's 'nearest' floor(dst / scale); they agree when the size is a whole multiple of the input's"
     )
+
+
+def _whole_scale(size, out) -> bool | None:
+    """Whether ``out`` is a whole multiple of ``size``; None when a symbolic size leaves it unknown (``2 * s0`` from
+    ``s0`` is whole)."""
+    if isinstance(size, int) and isinstance(out, int):
+        return size > 0 and out % size == 0
+    ratio = sympy.sympify(_compat.sym_expr(out)) / sympy.sympify(_compat.sym_expr(size))
+    return True if ratio.is_Integer and ratio > 0 else None

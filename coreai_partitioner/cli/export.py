@@ -61,7 +61,7 @@ def _quantize_help() -> str:
     from coreai_partitioner.quantize import SCHEMES
 
     # argparse formats help with %: a scheme's "12%" is written %%
-    return ("weight-only, with coreai-opt: " + "; ".join(SCHEMES.values()) + "; composites stay float").replace("%", "%%")
+    return ("weight-only: " + "; ".join(SCHEMES.values()) + "; composites stay float").replace("%", "%%")
 
 
 def _flags() -> dict[str, dict[str, Any]]:

@@ -42,6 +42,8 @@ QUANTIZED_FLOWS = ("coreai-int8", "coreai-palettize4")
 #: the models the quantized flows run for by default, beside the fp32 coreai and xnnpack rows (vit_b_16 with its head
 #: drawn: a zero head gives zero logits whatever the weights)
 QUANTIZED_MODELS = ("resnet18", "vit_b_16_random_head")
+#: weights the int schemes do not store (no Linear, convolution or embedding reads them), kept float
+KEEP_FLOAT = {"vit_b_16": ["class_token", "encoder.pos_embedding"]}
 #: ExecuTorch's backend suite's torchvision models (models/test_torchvision.py, static shapes), resnet18 beside them,
 #: and vit_b_16 with a drawn head.
 MODELS = (  # lightest first, so that a run stopped early has measured the most models
@@ -100,7 +102,8 @@ def measure(name: str, flow: str, runs: int) -> dict:
             expected = model(*inputs)
     row: dict = {"model": name, "flow": flow}
     if flow in QUANTIZED_FLOWS:
-        edge, pte = quantized_lowering(profile, flow.removeprefix("coreai-"), model, inputs)
+        keep_float = KEEP_FLOAT.get(name.removesuffix("_random_head"), [])
+        edge, pte = quantized_lowering(profile, flow.removeprefix("coreai-"), model, inputs, keep_float)
     else:
         with profile.phase("torch.export"):
             t = tester(flow, model, inputs)
@@ -142,13 +145,13 @@ def measure(name: str, flow: str, runs: int) -> dict:
     return row
 
 
-def quantized_lowering(profile, scheme: str, model, inputs) -> tuple:
+def quantized_lowering(profile, scheme: str, model, inputs, keep_float: list[str]) -> tuple:
     """``lower(model, inputs, quantize=scheme)`` in its two steps, then the ``.pte``'s bytes: ``(edge program, bytes)``."""
     from coreai_partitioner import lower_exported
     from coreai_partitioner.lowering.lower import export_with_composites
 
     with profile.phase("torch.export"):
-        exported = export_with_composites(model, inputs, quantize=scheme)
+        exported = export_with_composites(model, inputs, quantize=scheme, keep_float=keep_float)
     with profile.phase("to_edge_transform_and_lower"):
         edge = lower_exported(exported)
     with profile.phase("to_executorch + serialize"):

@@ -55,11 +55,11 @@ PHASES = (
     ("coreai_partitioner.llm.export", "export_decoder", "export + externalize"),
     ("coreai_partitioner.quantize", "quantize", "quantize"),
     ("coreai_partitioner.quantize", "check_model", "check shapes"),
-    ("coreai_partitioner.quantize.weight_forms", "compress", "compress (k-means or integers)"),  # before palettize imports it
-    ("coreai_partitioner.quantize.palettize", "palettize", "palettize"),
-    ("coreai_partitioner.program_weights", "replace_weights", "replace weights"),
+    ("coreai_partitioner.quantize", "store_weights", "store weights"),
+    ("coreai_partitioner.quantize.store", "compress", "compress (k-means or integers)"),  # the name store calls
+    ("coreai_partitioner.quantize.program_weights", "replace_weights", "replace weights"),
     ("coreai_partitioner.quantize", "_decomposed", "decompose"),
-    ("coreai_partitioner.quantize", "_quantize_with_coreai_opt", "coreai-opt"),
+    ("coreai_partitioner.quantize", "quantize_with_coreai_opt", "coreai-opt"),
     ("coreai_opt.quantization:Quantizer", "prepare", "coreai-opt prepare"),
     ("coreai_opt.quantization:Quantizer", "finalize", "coreai-opt finalize"),
     ("executorch.exir", "to_edge_transform_and_lower", "to_edge_transform_and_lower"),

@@ -4,6 +4,7 @@ nodes in and outside the delegates, runtime and SNR against eager.
     python benchmarks/vision_models.py                          # every model; writes benchmarks/results/vision_models.*
     python benchmarks/vision_models.py --models resnet18 vit_b_16_random_head
     python benchmarks/vision_models.py --load benchmarks/results/vision_models.json
+    python benchmarks/vision_models.py --models resnet18 --flows coreai coreai-int8 coreai-palettize4 xnnpack
 
 Each (model, flow) row is one process: build the model (random weights, as
 ExecuTorch's backend suite does; ``vit_b_16_random_head`` draws the head
@@ -11,7 +12,11 @@ torchvision zero-initialises), then the backend suite's own ``Tester`` of
 that flow (``tests/backend_suite/flows.py`` for coreai, ExecuTorch's
 XNNPACK tester) runs its stages, each a timed phase with its exact peak RSS
 (``memory_profile.Profile``): ``torch.export``, ``to_edge_transform_and_lower``,
-``to_executorch`` and serialization; then ExecuTorch's runtime loads the
+``to_executorch`` and serialization.  The quantized flows (``coreai-int8``,
+``coreai-palettize4``; by default for ``QUANTIZED_MODELS``) lower as
+``lower(model, sample, quantize=scheme)`` does: ``export_with_composites``
+(export, externalize, quantize: the "export" column) then ``lower_exported``;
+"export + lower" is the two together, the time ``lower()`` takes.  Then ExecuTorch's runtime loads the
 ``.pte`` and runs it (the median of ``--runs`` calls after one warm-up).  The
 coreai flow's delegates run on coreai-core's Linux CPU runtime, on this
 2-core machine: not a device's figures.
@@ -32,6 +37,13 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 RESULTS = HERE / "results"
 FLOWS = ("coreai", "xnnpack")
+#: coreai through lower(quantize=...): the flow's name is "coreai-" and the scheme
+QUANTIZED_FLOWS = ("coreai-int8", "coreai-palettize4")
+#: the models the quantized flows run for by default, beside the fp32 coreai and xnnpack rows (vit_b_16 with its head
+#: drawn: a zero head gives zero logits whatever the weights)
+QUANTIZED_MODELS = ("resnet18", "vit_b_16_random_head")
+#: weights the int schemes do not store (no Linear, convolution or embedding reads them), kept float
+KEEP_FLOAT = {"vit_b_16": ["class_token", "encoder.pos_embedding"]}
 #: ExecuTorch's backend suite's torchvision models (models/test_torchvision.py, static shapes), resnet18 beside them,
 #: and vit_b_16 with a drawn head.
 MODELS = (  # lightest first, so that a run stopped early has measured the most models
@@ -89,24 +101,30 @@ def measure(name: str, flow: str, runs: int) -> dict:
         with torch.no_grad():
             expected = model(*inputs)
     row: dict = {"model": name, "flow": flow}
-    with profile.phase("torch.export"):
-        t = tester(flow, model, inputs)
-        t.export()
-    with profile.phase("to_edge_transform_and_lower"):
-        t.to_edge_transform_and_lower()
-    graph = t.get_artifact().exported_program().graph
+    if flow in QUANTIZED_FLOWS:
+        keep_float = KEEP_FLOAT.get(name.removesuffix("_random_head"), [])
+        edge, pte = quantized_lowering(profile, flow.removeprefix("coreai-"), model, inputs, keep_float)
+    else:
+        with profile.phase("torch.export"):
+            t = tester(flow, model, inputs)
+            t.export()
+        with profile.phase("to_edge_transform_and_lower"):
+            t.to_edge_transform_and_lower()
+        edge = t.get_artifact()
+    graph = edge.exported_program().graph
     calls = [n for n in graph.nodes if n.op == "call_function"]
     row["delegates"] = sum(n.target is executorch_call_delegate for n in calls)
     row["outside"] = sorted({getattr(n.target, "__name__", str(n.target)) for n in calls if n.target is not executorch_call_delegate and "getitem" not in str(n.target)})
     row["nodes_outside"] = sum(n.target is not executorch_call_delegate and "getitem" not in str(n.target) for n in calls)
-    with profile.phase("to_executorch + serialize"):
-        t.to_executorch()
-        t.serialize()
-    pte = t.get_artifact()
+    if flow not in QUANTIZED_FLOWS:
+        with profile.phase("to_executorch + serialize"):
+            t.to_executorch()
+            t.serialize()
+        pte = t.get_artifact()
     row["pte_mb"] = len(pte) / 1e6
     from executorch.runtime import Runtime
 
-    if flow == "coreai":
+    if flow.startswith("coreai"):
         from coreai_partitioner import load_runtime_backend
 
         load_runtime_backend()
@@ -127,6 +145,20 @@ def measure(name: str, flow: str, runs: int) -> dict:
     return row
 
 
+def quantized_lowering(profile, scheme: str, model, inputs, keep_float: list[str]) -> tuple:
+    """``lower(model, inputs, quantize=scheme)`` in its two steps, then the ``.pte``'s bytes: ``(edge program, bytes)``."""
+    from coreai_partitioner import lower_exported
+    from coreai_partitioner.lowering.lower import export_with_composites
+
+    with profile.phase("torch.export"):
+        exported = export_with_composites(model, inputs, quantize=scheme, keep_float=keep_float)
+    with profile.phase("to_edge_transform_and_lower"):
+        edge = lower_exported(exported)
+    with profile.phase("to_executorch + serialize"):
+        pte = bytes(edge.to_executorch().buffer)
+    return edge, pte
+
+
 def run_row(name: str, flow: str, runs: int, timeout: int) -> dict:
     """One row in a process of its own: a crash or a time-out is the row's result, not the benchmark's end."""
     from backend_suite import environment
@@ -144,16 +176,17 @@ def run_row(name: str, flow: str, runs: int, timeout: int) -> dict:
 
 
 def report(rows: list[dict]) -> str:
-    header = ["model", "flow", "export s", "lower s", "to_executorch s", "peak RSS GB", ".pte MB", "delegates",
-              "nodes outside", "run ms", "SNR dB"]
+    header = ["model", "flow", "export s", "lower s", "export + lower s", "to_executorch s", "peak RSS GB", ".pte MB",
+              "delegates", "nodes outside", "run ms", "SNR dB"]
     lines = []
     for row in rows:
         if "error" in row:
-            lines.append([row["model"], row["flow"]] + ["-"] * 8 + [row["error"]])
+            lines.append([row["model"], row["flow"]] + ["-"] * 9 + [row["error"]])
             continue
         phases = row["phases"]
         lines.append([
             row["model"], row["flow"], f"{phases['torch.export']['s']:.1f}", f"{phases['to_edge_transform_and_lower']['s']:.1f}",
+            f"{phases['torch.export']['s'] + phases['to_edge_transform_and_lower']['s']:.1f}",
             f"{phases['to_executorch + serialize']['s']:.1f}", f"{row['peak_gb']:.2f}", f"{row['pte_mb']:.1f}",
             str(row["delegates"]), str(row["nodes_outside"]), f"{row['run_ms']:.0f}", f"{row['snr_db']:.0f}",
         ])
@@ -198,7 +231,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--flows", nargs="+", default=list(FLOWS))
+    parser.add_argument("--flows", nargs="+", choices=[*FLOWS, *QUANTIZED_FLOWS],
+                        help=f"default: {', '.join(FLOWS)}, and {', '.join(QUANTIZED_FLOWS)} for {', '.join(QUANTIZED_MODELS)}")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one row may take")
     parser.add_argument("--row", nargs=2, metavar=("MODEL", "FLOW"), help=argparse.SUPPRESS)
@@ -217,7 +251,8 @@ def main() -> None:
     rows = []
     RESULTS.mkdir(exist_ok=True)
     for name in args.models:
-        for flow in args.flows:
+        flows = args.flows or [*FLOWS[:1], *(QUANTIZED_FLOWS if name in QUANTIZED_MODELS else ()), *FLOWS[1:]]
+        for flow in flows:
             rows.append(run_row(name, flow, args.runs, args.timeout))
             print(report(rows[-1:]).splitlines()[-1], flush=True)
             # written after every row: a run stopped early keeps what it measured

@@ -1,4 +1,5 @@
-"""coreai-opt weight quantization between externalize_modules and lowering (coreai_partitioner.quantize).
+"""Weight quantization between externalize_modules and lowering (coreai_partitioner.quantize): the int schemes give
+coreai-opt's integers and scales without its graph mode.
 
 Every test here lowers a model or runs coreai-opt's export, so the module is slow.
 """
@@ -293,3 +294,43 @@ def test_a_stem_convolution_a_scheme_cannot_store_stays_float_with_a_warning_and
         expected, float_output = held[0](x), model(x)
     torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-4)
     assert (float_output - expected).abs().max() > 10 * (actual - expected).abs().max()  # the weights really are quantized
+
+
+# ---------------------------------------------------------------- coreai-opt's integers without its graph mode
+
+
+class _Layers(torch.nn.Module):
+    """An embedding, a convolution and two Linear layers: every kind of weight the int schemes store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, 64)
+        self.conv = torch.nn.Conv2d(64, 64, 3, padding=1)
+        self.up = torch.nn.Linear(64, 96)
+        self.down = torch.nn.Linear(96, 64, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.conv(self.embed(tokens).transpose(1, 2).reshape(1, 64, 4, 4)).flatten(2).transpose(1, 2)
+        return self.down(torch.relu(self.up(x)))
+
+
+@pytest.mark.parametrize("scheme, dtype", [("int8", torch.float32), ("int4", torch.float32), ("int4-channel", torch.float16)])
+def test_int_schemes_store_coreai_opts_integers_and_scales_bit_for_bit(scheme, dtype):
+    from coreai_partitioner.quantize.coreai_opt import quantize_with_coreai_opt
+    from coreai_partitioner.quantize.schemes import scheme as scheme_of
+
+    torch.manual_seed(0)
+    model = _Layers().eval().to(dtype)
+    tokens = torch.randint(0, 64, (1, 16))
+    with torch.no_grad():
+        program, records = externalize_modules(model, [], export_fn=lambda m: torch.export.export(m, (tokens,)))
+    ours = quantize(program, scheme, records=records)
+    theirs = quantize_with_coreai_opt(program, scheme_of(scheme), records, None, None, (), get_decomp_table())
+
+    stored = {name: tensor for name, tensor in ours.state_dict.items() if name.endswith(("_quantized", "_scale"))}
+    assert len(stored) == 8
+    for name, tensor in stored.items():  # coreai-opt names them after the parameter, its dots as underscores
+        reference = theirs.state_dict[name.replace(".", "_")]
+        assert tensor.dtype == reference.dtype and torch.equal(tensor, reference), name
+    with torch.no_grad():
+        torch.testing.assert_close(ours.module()(tokens), theirs.module()(tokens), rtol=0, atol=0)

@@ -35,7 +35,7 @@ def _quantize() -> dict[str, Any]:
     from coreai_partitioner.quantize import SCHEMES
 
     # argparse formats help with %: a scheme's "12%" is written %%
-    schemes = ("weight-only, with coreai-opt: " + "; ".join(SCHEMES.values()) + "; composites stay float").replace("%", "%%")
+    schemes = ("weight-only: " + "; ".join(SCHEMES.values()) + "; composites stay float").replace("%", "%%")
     return dict(choices=tuple(SCHEMES), help=schemes)
 
 

@@ -58,7 +58,7 @@ def export_with_composites(
     ``decompositions`` (:func:`~.whole_program.decomposition_table`'s, for a
     program :func:`~.whole_program.lower_whole_programs` lowers) traces the
     model straight to functional ATen IR with that table, one trace where
-    export and ``run_decompositions`` make two (a coreai-opt scheme, which
+    export and ``run_decompositions`` make two (an ``int`` scheme, which
     finds its Linear layers before decomposition, exports first), and drops
     the no-op ``expand`` calls Core AI specializes wrongly
     (:func:`~.passes.remove_noop_expands`).  ``annotations`` keeps the
@@ -73,7 +73,7 @@ def export_with_composites(
     if quantize is not None:
         _check_quantize(quantize)
     sample = tuple(sample) if dtype is None else cast_sample(sample, dtype)
-    traced_decomposed = decompositions is not None and not (quantize is not None and _uses_coreai_opt(quantize))
+    traced_decomposed = decompositions is not None and not (quantize is not None and _needs_linear_ops(quantize))
     keep_marks = _compat.preserve_node_meta if annotations else contextlib.nullcontext
 
     def export_fn(module: torch.nn.Module) -> ExportedProgram:
@@ -103,10 +103,10 @@ def export_with_composites(
     return program, records
 
 
-def _uses_coreai_opt(scheme: Any) -> bool:
-    from coreai_partitioner.quantize import uses_coreai_opt
+def _needs_linear_ops(scheme: Any) -> bool:
+    from coreai_partitioner.quantize import needs_linear_ops
 
-    return uses_coreai_opt(scheme)
+    return needs_linear_ops(scheme)
 
 
 def _check_quantize(scheme: Any) -> None:
@@ -119,8 +119,7 @@ def _check_quantize(scheme: Any) -> None:
             f"quantize={scheme!r} is not a scheme; choose one of {', '.join(map(repr, SCHEMES))}, "
             "or pass a coreai_opt.quantization.QuantizerConfig"
         )
-    palettized = isinstance(scheme, (str, Scheme)) and (SCHEMES[scheme] if isinstance(scheme, str) else scheme).palettized
-    if not palettized and importlib.util.find_spec("coreai_opt") is None:
+    if not isinstance(scheme, (str, Scheme)) and importlib.util.find_spec("coreai_opt") is None:
         raise ValueError(f"quantize={scheme!r} needs coreai-opt: pip install 'coreai-partitioner[quantize]'")
 
 

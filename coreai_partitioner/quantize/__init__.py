@@ -1,4 +1,4 @@
-"""Weight-only quantization between ``externalize_modules`` and lowering: coreai-opt's integers, or look-up tables.
+"""Weight-only quantization between ``externalize_modules`` and lowering: integers or look-up tables, a weight at a time.
 
 Where it goes in the flow::
 
@@ -17,26 +17,28 @@ table per 32 groups) stays float, and one warning names its layer, why, and
 the scheme (:func:`~.checks.keep_unstorable_float`).  ``keep_float=[...]``
 names more layers to leave float.
 
-The ``palettize*`` schemes are :func:`coreai_partitioner.quantize.palettize.palettize`'s
-(k-means look-up tables; the program may be decomposed already).  The
-``int`` schemes run coreai-opt (graph mode, built on PT2E), which re-exports
-the whole-model program, where every composite call site is one opaque
-``coreai_torch_ext::<op>`` node: it quantizes the Linear and embedding
-weights outside the composites and never looks inside them, so the records'
-own sub-exports (the composite bodies) stay float and keep pairing with
-their call sites by op target.  Each quantized weight becomes an int8 or
-int4 constant feeding ``coreai.constexpr_blockwise_shift_scale``, which
-coreai-torch converts as such: the Core AI asset stores the weight
-compressed and expands it on device, so the ``.pte`` is really smaller.
-Embeddings (and a lm_head tied to one) are int8 per channel under every
-``int`` scheme.
+A scheme of :data:`SCHEMES` stores each weight outside the composites on its
+own and rewrites the program (:mod:`.store`): the ``int`` schemes give
+coreai-opt's integers and scales bit for bit without running its graph-mode
+quantizer, the ``palettize*`` schemes k-means look-up tables
+(:mod:`.palettize`).  Each quantized weight becomes an int8 or int4 constant
+feeding ``coreai.constexpr_blockwise_shift_scale`` (a table's indices feeding
+``coreai.lut_to_dense``), which coreai-torch converts as such: the Core AI
+asset stores the weight compressed and expands it on device, so the ``.pte``
+is really smaller.  Embeddings (and a lm_head tied to one) are int8 per
+channel under every scheme.  The composite bodies (the records' own
+sub-exports) stay float and keep pairing with their call sites by op target.
 
-For the ``int`` schemes quantize *before* ``run_decompositions``: coreai-opt
-finds Linear layers by their ``aten.linear`` pattern, which coreai-torch's
-decomposition table turns into ``permute`` + ``mm``.  A weight that coreai-opt
-cannot quantize (one read by a bare ``matmul``) is an error naming its layer
-(or pass the layer in ``keep_float``); so is a configuration that names a
-layer inside a composite.
+A ``QuantizerConfig`` runs coreai-opt (graph mode, built on PT2E), which
+re-exports the whole-model program, where every composite call site is one
+opaque ``coreai_torch_ext::<op>`` node (:mod:`.coreai_opt`); a configuration
+naming a layer inside a composite is an error.
+
+For the ``int`` schemes and a ``QuantizerConfig`` quantize *before*
+``run_decompositions``: both find Linear layers by their ``aten.linear``
+pattern, which coreai-torch's decomposition table turns into ``permute`` +
+``mm``.  A weight they cannot quantize (one read by a bare ``matmul``) is an
+error naming its layer (or pass the layer in ``keep_float``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from coreai_partitioner.quantize import schemes
 from coreai_partitioner.quantize.checks import check_model, keep_unstorable_float, planned_weights, stored_weights
 from coreai_partitioner.quantize.coreai_opt import quantize_with_coreai_opt, quantizer_config
 from coreai_partitioner.quantize.schemes import QuantizationError, Scheme
+from coreai_partitioner.quantize.store import store_weights
 from coreai_partitioner.quantize.weight_forms import DECOMPRESS_OP, LUT_OP
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "quantize",
     "quantizer_config",
     "stored_weights",
+    "needs_linear_ops",
     "uses_coreai_opt",
 ]
 
@@ -72,8 +76,14 @@ SCHEMES = {name: str(s) for name, s in schemes.SCHEMES.items()}
 
 
 def uses_coreai_opt(scheme: str | Scheme | Any) -> bool:
-    """Whether ``scheme`` runs coreai-opt's quantizer, which needs the program before ``run_decompositions``."""
-    return not isinstance(scheme, (str, Scheme)) or not schemes.scheme(scheme).palettized
+    """Whether ``scheme`` runs coreai-opt's quantizer: a ``QuantizerConfig``, not a scheme of :data:`SCHEMES`."""
+    return not isinstance(scheme, (str, Scheme))
+
+
+def needs_linear_ops(scheme: str | Scheme | Any) -> bool:
+    """Whether ``scheme`` finds Linear layers by ``aten.linear``, so needs the program before ``run_decompositions``:
+    the ``int`` schemes and a coreai-opt ``QuantizerConfig``; the ``palettize*`` schemes take either."""
+    return uses_coreai_opt(scheme) or not schemes.scheme(scheme).palettized
 
 
 def quantize(
@@ -97,10 +107,10 @@ def quantize(
     path in the program, never a module type); ``block_size`` and
     ``group_size`` resize its int4 blocks or look-up table groups.
     ``records`` (the ones ``externalize_modules`` returned) are checked to
-    still pair with the quantized program's call sites.  ``example_inputs``
-    default to the program's own; a program exported with dynamic dimensions
-    needs the same ``dynamic_shapes`` again (coreai-opt and the final export
-    re-export it).  ``keep_float`` names layers to leave in floating point
+    still pair with the quantized program's call sites.  A ``QuantizerConfig``
+    re-exports the program: ``example_inputs`` default to the program's own,
+    and a program exported with dynamic dimensions needs the same
+    ``dynamic_shapes`` again.  ``keep_float`` names layers to leave in floating point
     (module paths, or parameter names); so does a ``scheme`` of
     :data:`SCHEMES` for every weight it cannot store, in one warning naming
     them (:func:`~.checks.keep_unstorable_float`).
@@ -117,11 +127,7 @@ def quantize(
         scheme = schemes.scheme(scheme, group_size=group_size, block_size=block_size)
         unstorable = keep_unstorable_float(planned_weights(exported_program, scheme, keep_float), scheme.name, stacklevel=2)
         keep_float = [*keep_float, *unstorable]
-        if scheme.palettized:
-            from coreai_partitioner.quantize.palettize import palettize
-
-            palettized = palettize(exported_program, scheme, records=records, keep_float=keep_float)
-            return _decomposed(palettized, decompositions)
+        return _decomposed(store_weights(exported_program, scheme, records=records, keep_float=keep_float), decompositions)
     return quantize_with_coreai_opt(
         exported_program, scheme, records, example_inputs, dynamic_shapes, keep_float, decompositions
     )

@@ -26,20 +26,14 @@ export in one trace, and whatever form it was lowered for.
 
 from __future__ import annotations
 
-import logging
-import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from torch.export import ExportedProgram
 
-from coreai_partitioner.quantize import program_weights, schemes
-from coreai_partitioner.quantize.checks import check_call_sites
+from coreai_partitioner.quantize import schemes
 from coreai_partitioner.quantize.checks import planned_weights as planned  # what palettize stores: the public name
-from coreai_partitioner.quantize.weight_forms import Compressed, compress
-
-logger = logging.getLogger(__name__)
+from coreai_partitioner.quantize.store import store_weights
 
 __all__ = ["palettize", "planned"]
 
@@ -64,32 +58,4 @@ def palettize(
     scheme = schemes.scheme(scheme, group_size=group_size)
     if not scheme.palettized:
         raise ValueError(f"{scheme.name} is not a palettization scheme; quantize() takes it")
-    weights = planned(program, scheme, keep_float)
-    schemes.check_fits(weights, scheme.name)
-    started = time.perf_counter()
-    compressed = {w.name: compress(program.state_dict[w.name], w.form, axis=w.axis) for w in weights}
-    if scheme.promoted is not None:
-        compressed.update(_promoted(program, weights, compressed, scheme))
-    logger.info(
-        "palettized %d weight(s) (%s) in %.1f s, %d at %d bits",
-        len(compressed), scheme.name, time.perf_counter() - started,
-        sum(c.form.bits == 8 for c in compressed.values()), 8,
-    )
-    result = program_weights.replace_weights(program, compressed)
-    check_call_sites(program, result, records)
-    return result
-
-
-def _promoted(
-    program: ExportedProgram, weights: list[schemes.Planned], compressed: dict[str, Compressed], scheme: schemes.Scheme
-) -> dict[str, Compressed]:
-    """The Linear weights 4-bit tables fit worst, re-clustered as ``scheme.promoted``, up to its share of them."""
-    linear = [w for w in weights if w.form == scheme.linear]
-    budget = scheme.promoted_share * sum(math.prod(w.shape) for w in linear)
-    promoted, used = {}, 0
-    for w in sorted(linear, key=lambda w: compressed[w.name].error, reverse=True):
-        if used + math.prod(w.shape) > budget:
-            continue
-        used += math.prod(w.shape)
-        promoted[w.name] = compress(program.state_dict[w.name], scheme.promoted, axis=w.axis)
-    return promoted
+    return store_weights(program, scheme, records=records, keep_float=keep_float)

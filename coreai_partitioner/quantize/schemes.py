@@ -16,8 +16,8 @@ scheme                    Linear weights, experts               embeddings, a ti
                           fit worst, up to 1/8 of them, at 8
 ========================  ====================================  ==================================
 
-The ``int`` schemes run through coreai-opt's quantizer
-(:mod:`.quantize`), the tables through :mod:`.palettize`.  A group of a
+The ``int`` schemes store coreai-opt's integers and scales, the tables
+k-means' (:mod:`.palettize`), each weight on its own (:mod:`.store`).  A group of a
 look-up table is ``size`` consecutive output channels (rows of a Linear's
 ``[out, in]`` weight, of an embedding's ``[vocab, width]``) sharing one
 table of ``2 ** bits`` values, 32 by default as Apple's coreai-models preset
@@ -61,7 +61,7 @@ class Scheme:
 
     @property
     def palettized(self) -> bool:
-        """Look-up tables (:mod:`.palettize`), not coreai-opt's integers."""
+        """Look-up tables (:mod:`.palettize`), not integers."""
         return self.linear.kind == "lut"
 
     def __str__(self) -> str:

@@ -149,7 +149,7 @@ def compress(weight: torch.Tensor, form: Form, *, axis: int = 0) -> Compressed:
         raise ValueError("the weight has NaN or infinite values, which no table or scale can hold")
     if form.kind == "int":
         data, scale = _integers(weight, form, axis)
-        return Compressed(form, {"quantized": data, "scale": scale.to(weight.dtype)})
+        return Compressed(form, {"quantized": data, "scale": scale})
     shape = weight.shape
     rows = weight.reshape(math.prod(shape[: axis + 1]), -1)
     scale = None
@@ -180,18 +180,22 @@ def _scaled_error(rows: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor
 
 
 def _integers(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(int8 data, scale)``, symmetric: values in ``[-2 ** (bits - 1), 2 ** (bits - 1) - 1]``; ``scale`` has the weight's rank."""
-    levels = (1 << (form.bits - 1)) - 1
-    w = weight.float()
+    """``(int8 data, scale)`` as coreai-opt's symmetric weight quantizer makes them, bit for bit: ``scale`` is a
+    block's largest magnitude over half the integer range (``/ 127.5``, ``/ 7.5``) in the weight's dtype, the data
+    ``round(weight / scale)`` in fp32, clamped to ``[-2 ** (bits - 1), 2 ** (bits - 1) - 1]``.  A block is every
+    input channel (one scale per output channel) or ``size`` of them and whatever follows (a convolution's
+    kernel); ``scale`` has the weight's rank."""
+    low, high = -(1 << (form.bits - 1)), (1 << (form.bits - 1)) - 1
+    inputs = axis + 1
     if form.size is None:
-        amax = w.abs().amax(dim=tuple(range(axis + 1, w.dim())), keepdim=True)
+        amax = weight.abs().amax(dim=tuple(range(inputs, weight.dim())), keepdim=True)
         expand = lambda scale: scale  # noqa: E731 - broadcasts
     else:
-        blocks = w.unflatten(-1, (w.shape[-1] // form.size, form.size))
-        amax = blocks.abs().amax(dim=-1)
-        expand = lambda scale: scale.repeat_interleave(form.size, dim=-1)  # noqa: E731
-    scale = (amax / levels).clamp(min=torch.finfo(torch.float32).tiny)
-    data = torch.clamp(torch.round(w / expand(scale)), -levels - 1, levels).to(torch.int8)
+        blocks = weight.unflatten(inputs, (weight.shape[inputs] // form.size, form.size))
+        amax = blocks.abs().amax(dim=tuple(range(inputs + 1, blocks.dim())), keepdim=True).squeeze(inputs + 1)
+        expand = lambda scale: scale.repeat_interleave(form.size, dim=inputs)  # noqa: E731
+    scale = (amax / ((high - low) / 2)).clamp(min=torch.finfo(torch.float32).eps)
+    data = torch.clamp(torch.round(weight.float() / expand(scale)), low, high).to(torch.int8)
     return data, scale
 
 

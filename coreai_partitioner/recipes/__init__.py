@@ -16,8 +16,7 @@ the recipe's options and :func:`coreai_partitioner.save_pte` write:
   ``PALETTIZE4_MIXED_WEIGHT_ONLY``: weights outside the composites stored
   compressed by :func:`coreai_partitioner.quantize.quantize`
   (``lower(model, sample, quantize="int8")``, ``"int4"``, ``"int4-channel"``,
-  ``"palettize4"``, ``"palettize8"``, ``"palettize4-mixed"``; the int ones
-  need coreai-opt, the ``quantize`` extra).
+  ``"palettize4"``, ``"palettize8"``, ``"palettize4-mixed"``).
 
 ``ExportRecipe.get_recipe(recipe_type, **options)`` takes ``lower``'s
 options: ``specs``, ``dtype`` (for the quantized recipes), ``keep_float``,

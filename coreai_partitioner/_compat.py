@@ -274,13 +274,6 @@ def without_opset_check(config: Any) -> Any:
     return config
 
 
-def unverified_compile_config() -> Any:
-    """:func:`coreai_partitioner.lowering.passes.get_default_compile_config` (the name ``llm/export.py`` calls)."""
-    from coreai_partitioner.lowering.passes import get_default_compile_config
-
-    return get_default_compile_config()
-
-
 def return_types_as_tuples(program: Any) -> None:
     """Make a ``torch.return_types`` result (``torch.median(x, dim)``'s ``(values, indices)``) a plain tuple in
     ``program``'s output spec: ExecuTorch's emitter cannot name the type ("No registered serialization name for

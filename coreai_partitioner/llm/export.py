@@ -151,6 +151,7 @@ def lower_decoder(
     ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
     """
     from coreai_partitioner import CoreAIPartitioner
+    from coreai_partitioner.lowering.passes import get_default_compile_config
     from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_program
 
     if _is_peft_model(model):
@@ -183,7 +184,7 @@ def lower_decoder(
             program,
             partitioner,
             constant_methods=runner_metadata(model, shapes),
-            compile_config=_compat.unverified_compile_config(),
+            compile_config=get_default_compile_config(),
         )
 
 

@@ -41,9 +41,12 @@ def test_the_real_model_and_two_trained_adapters_answer_through_text_llm_runner_
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["model.pte", "model.ptd", "tokenizer.json", *(f"{name}.pte" for name in real_adapters)]
-    ), done.stdout
+    # The programs and the one data file; beside them the checkpoint's tokenizer files, copied as they are.
+    written = {p.name for p in tmp_path.iterdir()}
+    assert {name for name in written if name.endswith((".pte", ".ptd"))} == {
+        "model.pte", "model.ptd", *(f"{name}.pte" for name in real_adapters)
+    }, done.stdout
+    assert "tokenizer.json" in written, done.stdout
 
     answers = dict(re.findall(r"^chat\[(\w+)\]: .* -> (.*)$", done.stdout, flags=re.MULTILINE))
     expected = {"model": base_answer(real_checkpoint).text}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from coreai_partitioner import llm
@@ -16,6 +17,14 @@ def composites(norms: int, ropes: int, attentions: int, experts: int = 0, deltas
         "gather_mm": experts,
         "gated_delta_update": deltas,
     }
+
+
+def ci_sample(values, in_ci):
+    """``values`` as pytest parameters, those not in ``in_ci`` marked ``benchmark``: CI runs the sample
+    (conftest.py deselects the rest), ``pytest -m benchmark`` the rest, ``pytest -m "slow or benchmark"`` all."""
+    unknown = set(in_ci) - set(values)
+    assert not unknown, f"not among the values: {sorted(unknown)}"
+    return [value if value in in_ci else pytest.param(value, marks=pytest.mark.benchmark) for value in values]
 
 
 #: model_type -> the composites its tiny config's asset invokes (``tests/test_llm_families.py`` counts them in the
@@ -47,6 +56,17 @@ ROWS = {
     "qwen3_5_moe_text": composites(15, 4, 2, experts=8, deltas=2),
     "lfm2": composites(13, 4, 2),  # short convolutions (plain ops) beside attention
 }
+
+#: The families CI lowers and runs in the device form, one of each kind: dense, sliding windows with per-layer inputs
+#: and KV sharing, experts with attention sinks, gated delta rules with experts, short convolutions.
+DEVICE_IN_CI = ("llama", "gemma4_text", "gpt_oss", "qwen3_next", "lfm2")
+#: The families CI lowers and runs in the host form: the device sample's complement, less six plain variants of
+#: llama's row (ministral, qwen2, qwen3, granite, gemma, mixtral) that ``pytest -m benchmark`` runs.  Every family's
+#: adaptation runs against Hugging Face eager in CI (``test_adapted_decoder_prefill_and_decode_equal_hf_eager``).
+HOST_IN_CI = (
+    "mistral", "ministral3", "smollm3", "olmo2", "olmo3", "phi3", "gemma2", "gemma3_text", "qwen3_moe", "olmoe",
+    "qwen3_5_text", "qwen3_5_moe_text",
+)
 
 
 def tiny(model_type: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

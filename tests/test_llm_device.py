@@ -27,7 +27,7 @@ from requires import require  # noqa: E402
 
 require("transformers", "hf")
 
-from llm_helpers import ROWS, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
+from llm_helpers import DEVICE_IN_CI, ROWS, assert_hf_greedy, ci_sample, prompt_tokens, tiny  # noqa: E402
 from test_llm_families import wider  # noqa: E402
 from device_contract import device_delegate_arguments  # noqa: E402
 
@@ -95,7 +95,7 @@ def runner_tokens(directory, prompt: str, new_tokens: int, prefill_calls: int | 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", sorted(ROWS))
+@pytest.mark.parametrize("model_type", ci_sample(sorted(ROWS), DEVICE_IN_CI))
 def test_device_pte_keeps_the_stock_runtime_contract_on_nan_filled_caches_and_matches_hf_through_text_llm_runner(
     model_type, tmp_path
 ):

@@ -27,7 +27,7 @@ from requires import require
 
 require("transformers", "hf")
 
-from llm_helpers import ROWS, adapted_and_eager, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
+from llm_helpers import HOST_IN_CI, ROWS, adapted_and_eager, ci_sample, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -58,7 +58,7 @@ def asset_composites(path) -> Counter:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", sorted(ROWS))
+@pytest.mark.parametrize("model_type", ci_sample(sorted(ROWS), HOST_IN_CI))
 def test_pte_keeps_its_composites_and_matches_hf_eager_until_eos(model_type, tmp_path):
     model = tiny(model_type)
     path = tmp_path / "model.pte"

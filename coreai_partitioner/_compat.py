@@ -157,7 +157,14 @@ def upper_bound(size: Any) -> int | None:
     if node is None:
         return None
     upper = node.shape_env.bound_sympy(node.expr).upper
-    return int(upper) if upper.is_finite else None
+    return int(upper) if _finite(upper) else None
+
+
+def _finite(bound: Any) -> bool:
+    """A range end that is a number: torch's ``int_oo`` says ``is_finite`` too, so ask sympy's ``Integer``."""
+    import sympy
+
+    return isinstance(bound, sympy.Integer)
 
 
 def fake_tensor_mode_of(program: Any) -> Any:
@@ -236,6 +243,46 @@ def symbol_range(size: torch.SymInt, symbol: Any) -> tuple[str, str]:
     """The value range ``size``'s shape environment gives ``symbol`` (``("?", "?")`` when it has none)."""
     bounds = size.node.shape_env.var_to_range.get(symbol)
     return (str(bounds.lower), str(bounds.upper)) if bounds is not None else ("?", "?")
+
+
+def unbounded_data_dependent_sizes(program: Any) -> dict:
+    """``{symbol: node name}``: each data-dependent symbol in a tensor size of ``program`` with no finite upper bound.
+
+    ExecuTorch plans memory for a size's largest value (``exir.sym_util.eval_upper_bound``); such a symbol has none.
+    """
+    found = {}
+    for node in program.graph.nodes:
+        for part in _tensors(node.meta.get("val")):
+            for size in part.shape:
+                if isinstance(size, torch.SymInt):
+                    env = size.node.shape_env
+                    for symbol in unbacked_symbols(size):
+                        bounds = env.var_to_range.get(symbol)
+                        if bounds is None or not _finite(bounds.upper):
+                            found.setdefault(symbol, node.name)
+    return found
+
+
+def bound_data_dependent_sizes(program: Any, largest: int) -> dict:
+    """Give each symbol of :func:`unbounded_data_dependent_sizes` the range ``[its lower bound, largest]``.
+
+    Through the shape environment's ``constrain_symbol_range``, as ``torch._check(n <= largest)`` in the model
+    would; returns what it bounded.
+    """
+    found = unbounded_data_dependent_sizes(program)
+    environments = {id(size.node.shape_env): size.node.shape_env for node in program.graph.nodes
+                    for part in _tensors(node.meta.get("val")) for size in part.shape if isinstance(size, torch.SymInt)}
+    for env in environments.values():
+        for symbol in found:
+            if symbol in env.var_to_range:
+                lower = env.var_to_range[symbol].lower
+                env.constrain_symbol_range(symbol, int(lower) if _finite(lower) else 0, largest)
+    return found
+
+
+def _tensors(value: Any) -> list:
+    parts = value if isinstance(value, (tuple, list)) else (value,)
+    return [part for part in parts if isinstance(part, torch.Tensor)]
 
 
 def export_decomposed(

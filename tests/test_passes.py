@@ -66,3 +66,44 @@ def test_a_symbolic_dim_keeps_the_index_select_which_coreai_builds_at_run_time()
     program = exported(SDPA(), *inputs, dynamic_shapes=(None, {2: length}, {2: length}))
     assert expand_repeated_heads(program.graph_module) == 0
     assert targets(program).count(INDEX_SELECT) == 2
+
+
+
+class _BatchOneTable(torch.nn.Module):
+    """A ``[B, M, K]`` tensor times a ``[1, K, N]`` table, as VITS's relative-position attention multiplies."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # a buffer, or VITS's padded parameter: a table that requires grad makes matmul squeeze it to an mm itself
+        self.register_buffer("table", torch.randn(1, 13, 8, generator=torch.Generator().manual_seed(1)))
+
+    def forward(self, x):
+        return torch.matmul(x, self.table.transpose(-2, -1))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "symbolic rows"])
+def test_a_bmm_over_a_batch_one_table_becomes_one_mm_and_computes_the_same(dynamic):
+    from coreai_partitioner.lowering.passes import BatchOneBmmAsMm
+
+    model = _BatchOneTable()
+    shapes = ({1: torch.export.Dim("m", min=2, max=16)},) if dynamic else None
+    program = exported(model, torch.randn(2, 7, 8), dynamic_shapes=shapes)
+    assert torch.ops.aten.bmm.default in targets(program)
+
+    assert BatchOneBmmAsMm()(program.graph_module).modified
+    assert torch.ops.aten.bmm.default not in targets(program) and torch.ops.aten.mm.default in targets(program)
+    x = torch.randn(2, 5 if dynamic else 7, 8)
+    torch.testing.assert_close(program.module()(x), model(x))
+
+
+def test_a_bmm_whose_operands_both_have_a_batch_keeps_it():
+    from coreai_partitioner.lowering.passes import BatchOneBmmAsMm
+
+    program = exported(_Product(), torch.randn(2, 7, 8), torch.randn(2, 8, 3))
+    assert not BatchOneBmmAsMm()(program.graph_module).modified
+    assert torch.ops.aten.bmm.default in targets(program)
+
+
+class _Product(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.bmm(a, b)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from coreai_partitioner import _compat
 from coreai_partitioner._compat import ExternalizeSpec
 from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
@@ -41,6 +42,7 @@ def export_with_composites(
     keep_float: Sequence[str] = (),
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
     annotations: bool = False,
+    max_data_dependent_size: int | None = None,
 ) -> Exported:
     """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
 
@@ -63,10 +65,15 @@ def export_with_composites(
     the no-op ``expand`` calls Core AI specializes wrongly
     (:func:`~.passes.remove_noop_expands`).  ``annotations`` keeps the
     delegate boundaries the model's code marks (:mod:`coreai_partitioner.partition.boundaries`).
+
+    A size known only when the program runs (``nonzero``'s count, an
+    ``item()``, VITS's frame count) needs a largest value: ExecuTorch plans
+    memory for it.  ``torch._check(n <= N)`` in the model gives one;
+    ``max_data_dependent_size=N`` gives every such size without one that
+    bound (a run that exceeds it fails in ExecuTorch's resize).  A size
+    with neither is refused here, naming the node that makes it.
     """
     from coreai_torch import get_decomp_table
-
-    from coreai_partitioner import _compat
 
     if dtype is not None:
         check_dtype(dtype)
@@ -100,7 +107,25 @@ def export_with_composites(
         for graph_module in [program.graph_module, *(record.exported_program.graph_module for record in records)]:
             remove_noop_expands(graph_module)
     _compat.return_types_as_tuples(program)
+    bound_data_dependent_sizes(program, max_data_dependent_size)
     return program, records
+
+
+def bound_data_dependent_sizes(program: ExportedProgram, largest: int | None) -> None:
+    """Bound each data-dependent size of ``program`` that has no largest value by ``largest``, or refuse it."""
+    if largest is not None:
+        if not isinstance(largest, int) or isinstance(largest, bool) or largest < 1:
+            raise ValueError(f"max_data_dependent_size={largest!r}: give a positive int, the largest such size")
+        _compat.bound_data_dependent_sizes(program, largest)
+        return
+    unbounded = _compat.unbounded_data_dependent_sizes(program)
+    if unbounded:
+        symbol, node = next(iter(unbounded.items()))
+        raise ValueError(
+            f"the size {symbol} made by node {node!r} is known only when the program runs and has no largest value; "
+            "ExecuTorch plans memory for the largest size: bound it in the model with torch._check(n <= N), "
+            "or pass max_data_dependent_size=N"
+        )
 
 
 def _needs_linear_ops(scheme: Any) -> bool:
@@ -172,6 +197,7 @@ def lower(
     transform: Callable[[ExportedProgram], ExportedProgram] | None = None,
     constant_methods: Mapping[str, Any] | None = None,
     generate_etrecord: bool = False,
+    max_data_dependent_size: int | None = None,
     **partitioner_options: Any,
 ) -> Any:
     """Export ``model`` on ``sample`` with its composites and lower it for Core AI.
@@ -182,7 +208,8 @@ def lower(
     (``.to_executorch()``, or :func:`save_pte`).
     """
     exported = export_with_composites(
-        model, sample, specs=specs, dynamic_shapes=dynamic_shapes, dtype=dtype, quantize=quantize, keep_float=keep_float
+        model, sample, specs=specs, dynamic_shapes=dynamic_shapes, dtype=dtype, quantize=quantize, keep_float=keep_float,
+        max_data_dependent_size=max_data_dependent_size,
     )
     return lower_exported(
         exported,

@@ -13,6 +13,9 @@ program's.
 :class:`RemoveNoopAsStrided` drops the ``as_strided_copy`` that restrides a
 tensor to its own layout (``adaptive_avg_pool2d(x, 1)`` in the heads of
 convnext and swin), which coreai-torch does not convert.
+:class:`BatchOneBmmAsMm` turns a ``bmm`` whose second operand is a batch-1
+tensor expanded over the batch into one ``mm``, which coreai-core's rewrite
+pipeline mis-ranks (VITS's relative-position attention).
 :func:`remove_noop_expands`, run on an exported program before lowering,
 keeps a dimension enumerable down to 1 (an LLM's ``T`` in {1, chunk}): it
 drops the ``expand`` calls that specialize wrongly in Core AI (coreai-core 1.0.0b3).
@@ -204,13 +207,97 @@ def _restrides_in_place(node: torch.fx.Node) -> bool:
     return True
 
 
+class BatchOneBmmAsMm:
+    """``bmm(a, expand(w))`` with ``w`` of batch 1 becomes ``view(mm(view(a, [B*M, K]), w[0]), [B, M, N])``.
+
+    ``torch.matmul`` of a ``[B, M, K]`` tensor and a ``[1, K, N]`` one
+    decomposes to a ``bmm`` over ``w`` expanded to ``[B, K, N]``.  Converted,
+    that is a ``broadcast_in_dims`` into a batch matmul, which coreai-core
+    1.0.0b3's pre-compilation rewrite can fold into a rank-4 value it then
+    refuses ("'coreai.broadcast_in_dims' op failed to verify that Result 0 and
+    operand 0 must have the same rank": VITS's relative-position attention,
+    whose query is a view of a rank-4 tensor).  One ``mm`` over the batch's rows
+    computes the same products with no broadcast.  At most one of ``B`` and
+    ``M`` may be symbolic (it becomes the view's ``-1``); otherwise the ``bmm``
+    stays.
+    """
+
+    def __call__(self, graph_module: GraphModule) -> PassResult:
+        graph = graph_module.graph
+        changed = False
+        for node in list(graph.nodes):
+            if node.op != "call_function" or _compat.aten_op(node.target) is not torch.ops.aten.bmm.default:
+                continue
+            a, expanded = node.args[0], node.args[1]
+            weight = _batch_one_source(expanded)
+            rows = _rows_view(_val(a), _val(node))
+            if weight is None or rows is None:
+                continue
+            batch, m, k = _val(a).shape
+            n = _val(node).shape[2]
+            op = _op_for(graph)
+            with graph.inserting_before(node):
+                flat = graph.call_function(op("view_copy"), (a, [rows, k]))
+                flat.meta["val"] = _val(a).reshape(rows, k)
+                matrix = graph.call_function(op("view_copy"), (weight, [k, n]))
+                matrix.meta["val"] = _val(weight).reshape(k, n)
+                product = graph.call_function(op("mm"), (flat, matrix))
+                product.meta["val"] = torch.mm(flat.meta["val"], matrix.meta["val"])
+                shaped = graph.call_function(op("view_copy"), (product, _view_back(batch, m, n)))
+                shaped.meta["val"] = _val(node)
+            node.replace_all_uses_with(shaped)
+            graph.erase_node(node)
+            changed = True
+        if changed:
+            graph.eliminate_dead_code()
+            graph_module.recompile()
+        return PassResult(graph_module, changed)
+
+
+def _batch_one_source(node: Any) -> torch.fx.Node | None:
+    """The ``[1, K, N]`` tensor ``node`` expands over the batch, through views that keep its shape; else None."""
+    while isinstance(node, torch.fx.Node) and _compat.aten_op(node.target) in _VIEWS:
+        if not _same_shape(_val(node.args[0]), _val(node)):
+            return None
+        node = node.args[0]
+    if not isinstance(node, torch.fx.Node) or _compat.aten_op(node.target) not in _EXPANDS:
+        return None
+    source = node.args[0]
+    shape = _val(source).shape if isinstance(_val(source), torch.Tensor) else None
+    if shape is None or len(shape) != 3 or not isinstance(shape[0], int) or shape[0] != 1:
+        return None
+    return source if all(isinstance(d, int) for d in shape[1:]) else None
+
+
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten.view_copy.default, torch.ops.aten._unsafe_view.default)
+
+
+def _rows_view(a, result) -> Any:
+    """The row count of ``a`` (``[B, M, K]``) flattened, ``-1`` where one of ``B``, ``M`` is symbolic; None if both."""
+    if not isinstance(a, torch.Tensor) or not isinstance(result, torch.Tensor) or not isinstance(a.shape[2], int):
+        return None
+    symbolic = [d for d in a.shape[:2] if not isinstance(d, int)]
+    if len(symbolic) > 1:
+        return None
+    return -1 if symbolic else a.shape[0] * a.shape[1]
+
+
+def _view_back(batch: Any, m: Any, n: int) -> list:
+    return [batch if isinstance(batch, int) else -1, m if isinstance(m, int) else -1, n]
+
+
+def _op_for(graph: torch.fx.Graph):
+    """``name`` as the graph's dialect spells it: an edge op in an edge program, else ATen's."""
+    edge = any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function")
+    return lambda name: getattr(_compat.edge_ops.edge.aten if edge else torch.ops.aten, name).default
+
+
 def get_default_compile_config() -> Any:
     """Core AI's ``EdgeCompileConfig``: upstream's (``_skip_dim_order``), with ExecuTorch's opset check off.
 
     The check refuses every ATen op outside the Core ATen opset before the
     partitioner sees the program, whoever would run it: ``round(decimals=)``,
-    which the converter lowers, and ``randn_like`` (VITS), which the portable
-    kernels run.  What the converter does not lower is left to the portable
+    which the converter lowers.  What the converter does not lower is left to the portable
     kernels, and an op neither runs is decomposed first
     (:mod:`coreai_partitioner.partition.kernel_gaps`), so the check has nothing
     left to say; XNNPACK's config and ExecuTorch's test harness turn it off too.
@@ -220,7 +307,7 @@ def get_default_compile_config() -> Any:
 
 def get_default_passes() -> list:
     """The edge transform passes Core AI lowering needs, for static and dynamic shapes alike."""
-    return [SplitSymbolicSizes(), RemoveNoopAsStrided(), NarrowToCoreAIDtypes()]
+    return [SplitSymbolicSizes(), RemoveNoopAsStrided(), BatchOneBmmAsMm(), NarrowToCoreAIDtypes()]
 
 
 def _to_copy_for(graph: torch.fx.Graph):

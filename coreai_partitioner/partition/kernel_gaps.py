@@ -10,7 +10,10 @@ the program (``CoreAIPartitioner.transform_for_pre_decomposition``), into
 converter lowers and the portable kernels run the rest.  Each decomposition
 computes what eager computes (``median``: the lower of the two middle values;
 ``round``: ``nearbyint(x * 10**d) / 10**d`` in the input's dtype, ATen's own
-arithmetic).  A pool over a symbolic spatial size keeps its op: its windows are
+arithmetic).  Two ops the converter leaves outside have no portable kernel
+either ("Missing operator" when the method loads, error 0x20): ``randn_like``
+becomes ``randn`` of its input's size (VITS's noise), and ``_is_all_true``
+(a ``torch._check`` on a tensor) becomes ``not any(not x)``.  A pool over a symbolic spatial size keeps its op: its windows are
 not known before the program runs.
 """
 
@@ -96,7 +99,17 @@ def _adaptive_max_pool3d(x: torch.Tensor, output_size: list[int]) -> tuple[torch
     return _adaptive_max_pool(x, list(output_size))
 
 
+def _randn_like(x: torch.Tensor, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    return torch.randn(x.shape, dtype=x.dtype if dtype is None else dtype, device=x.device if device is None else device)
+
+
+def _is_all_true(x: torch.Tensor) -> torch.Tensor:
+    return torch.logical_not(torch.any(torch.logical_not(x)))
+
+
 DECOMPOSITIONS = {
+    aten.randn_like.default: _randn_like,
+    aten._is_all_true.default: _is_all_true,
     aten.median.default: _median,
     aten.median.dim: _median_dim,
     aten.round.decimals: _round_decimals,

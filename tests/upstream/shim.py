@@ -28,6 +28,13 @@ from pathlib import Path
 
 UPSTREAM = "executorch.backends.apple.coreai"
 MODULES = ("test_io_compat", "test_partitioner", "test_preprocess", "test_quantizer", "test_recipes", "test_shape_config")
+#: Upstream tests that call neither the partitioner nor the backend (upstream's quantizer against coreai-opt's own
+#: finalize, on a conv-BN model): 90 of the run's 168 s here.  Recorded as skipped unless ``--all``.
+QUANTIZER_ONLY = (
+    "test_quantizer.CoreAIQuantizerConvBNTest.test_convert_folds_conv_bn",
+    "test_quantizer.CoreAIQuantizerConvBNTest.test_convert_matches_full_finalize_conv_bn",
+)
+LEFT_OUT = "calls neither the partitioner nor the backend: run with --all (the benchmark tier)"
 
 
 def swap_in_ours() -> None:
@@ -90,10 +97,25 @@ class _Recorder(unittest.TextTestResult):
         self._record(test, "unexpected success")
 
 
+def _without(suite: unittest.TestSuite, names: tuple[str, ...]) -> list:
+    """The tests of ``suite``, those whose id ends with one of ``names`` skipped with :data:`LEFT_OUT`."""
+    tests = []
+    for test in suite:
+        if isinstance(test, unittest.TestSuite):
+            tests += _without(test, names)
+        elif test.id().endswith(names):
+            setattr(test, test._testMethodName, unittest.skip(LEFT_OUT)(getattr(test, test._testMethodName)))
+            tests.append(test)
+        else:
+            tests.append(test)
+    return tests
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="write {test id: outcome} here")
     parser.add_argument("-k", dest="patterns", action="append", help="only tests matching (unittest -k)")
+    parser.add_argument("--all", action="store_true", help="the QUANTIZER_ONLY tests too")
     args = parser.parse_args()
 
     swap_in_ours()
@@ -103,6 +125,8 @@ def main() -> int:
     suite = unittest.TestSuite(
         loader.loadTestsFromModule(importlib.import_module(f"{UPSTREAM}.test.{name}")) for name in MODULES
     )
+    if not args.all:
+        suite = unittest.TestSuite(_without(suite, QUANTIZER_ONLY))
     start = time.perf_counter()
     result = unittest.TextTestRunner(resultclass=_Recorder, verbosity=2, stream=sys.stderr).run(suite)
     seconds = time.perf_counter() - start

@@ -250,6 +250,24 @@ def unbounded_data_dependent_sizes(program: Any) -> dict:
 
     ExecuTorch plans memory for a size's largest value (``exir.sym_util.eval_upper_bound``); such a symbol has none.
     """
+    return {symbol: name for symbol, (name, _) in _unbounded(program).items()}
+
+
+def bound_data_dependent_sizes(program: Any, largest: int) -> dict:
+    """Give each symbol of :func:`unbounded_data_dependent_sizes` the range ``[its lower bound, largest]``.
+
+    Through the shape environment's ``constrain_symbol_range``, as ``torch._check(n <= largest)`` in the model
+    would; returns what it bounded.
+    """
+    found = _unbounded(program)
+    for symbol, (_, env) in found.items():
+        lower = env.var_to_range[symbol].lower if symbol in env.var_to_range else 0
+        env.constrain_symbol_range(symbol, int(lower) if _finite(lower) else 0, largest)
+    return {symbol: name for symbol, (name, _) in found.items()}
+
+
+def _unbounded(program: Any) -> dict:
+    """``{symbol: (first node name, its shape environment)}`` for :func:`unbounded_data_dependent_sizes`."""
     found = {}
     for node in program.graph.nodes:
         for part in _tensors(node.meta.get("val")):
@@ -259,24 +277,7 @@ def unbounded_data_dependent_sizes(program: Any) -> dict:
                     for symbol in unbacked_symbols(size):
                         bounds = env.var_to_range.get(symbol)
                         if bounds is None or not _finite(bounds.upper):
-                            found.setdefault(symbol, node.name)
-    return found
-
-
-def bound_data_dependent_sizes(program: Any, largest: int) -> dict:
-    """Give each symbol of :func:`unbounded_data_dependent_sizes` the range ``[its lower bound, largest]``.
-
-    Through the shape environment's ``constrain_symbol_range``, as ``torch._check(n <= largest)`` in the model
-    would; returns what it bounded.
-    """
-    found = unbounded_data_dependent_sizes(program)
-    environments = {id(size.node.shape_env): size.node.shape_env for node in program.graph.nodes
-                    for part in _tensors(node.meta.get("val")) for size in part.shape if isinstance(size, torch.SymInt)}
-    for env in environments.values():
-        for symbol in found:
-            if symbol in env.var_to_range:
-                lower = env.var_to_range[symbol].lower
-                env.constrain_symbol_range(symbol, int(lower) if _finite(lower) else 0, largest)
+                            found.setdefault(symbol, (node.name, env))
     return found
 
 

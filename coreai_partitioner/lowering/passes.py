@@ -288,8 +288,8 @@ def _view_back(batch: Any, m: Any, n: int) -> list:
 
 def _op_for(graph: torch.fx.Graph):
     """``name`` as the graph's dialect spells it: an edge op in an edge program, else ATen's."""
-    edge = any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function")
-    return lambda name: getattr(_compat.edge_ops.edge.aten if edge else torch.ops.aten, name).default
+    namespace = _compat.edge_ops.edge.aten if _is_edge(graph) else torch.ops.aten
+    return lambda name: getattr(namespace, name).default
 
 
 def get_default_compile_config() -> Any:
@@ -311,9 +311,12 @@ def get_default_passes() -> list:
 
 
 def _to_copy_for(graph: torch.fx.Graph):
-    if any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function"):
-        return _compat.edge_ops.edge.aten._to_copy.default
-    return torch.ops.aten._to_copy.default
+    return _compat.edge_ops.edge.aten._to_copy.default if _is_edge(graph) else torch.ops.aten._to_copy.default
+
+
+def _is_edge(graph: torch.fx.Graph) -> bool:
+    """Whether ``graph`` is in the edge dialect (its ops edge ops), so that an op it gains must be one too."""
+    return any(isinstance(n.target, _compat.EdgeOpOverload) for n in graph.nodes if n.op == "call_function")
 
 
 def _val(arg):

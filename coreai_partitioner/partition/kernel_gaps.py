@@ -13,8 +13,9 @@ computes what eager computes (``median``: the lower of the two middle values;
 arithmetic).  Two ops the converter leaves outside have no portable kernel
 either ("Missing operator" when the method loads, error 0x20): ``randn_like``
 becomes ``randn`` of its input's size (VITS's noise), and ``_is_all_true``
-(a ``torch._check`` on a tensor) becomes ``not any(not x)``.  A pool over a symbolic spatial size keeps its op: its windows are
-not known before the program runs.
+(a ``torch._check`` on a tensor) becomes ``not any(not x)``.  A pool over a
+symbolic spatial size keeps its op: its windows are not known before the
+program runs.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ _upstream: list[UpstreamRun] = []
 #: files not named follow in their own order.
 HEAVIEST_FIRST = (
     "test_upstream_conformance.py",  # 320 s, its worker waiting on upstream's process
-    "test_real_model.py",  # 450 s, with three exports in processes beside it
+    "test_real_model.py",  # 330 s: the installed command with two adapters, in a process it waits on
     "test_llm_device.py",  # 430 s
     "test_real_quantized.py",  # 370 s
     "test_llm_families.py",  # 260 s
@@ -125,12 +125,22 @@ def _seeded() -> None:
     torch.manual_seed(0)
 
 
+def run_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory every pytest-xdist worker of this run shares (their base temps' parent), or this process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
 @pytest.fixture(scope="session")
 def real_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """SmolLM2-135M-Instruct, a real trained model, as a Hugging Face checkpoint folder (tests/real_checkpoint.py)."""
+    """SmolLM2-135M-Instruct, a real trained model, as a Hugging Face checkpoint folder (tests/real_checkpoint.py):
+    written once a run, the first worker to need it writing it while the other waits."""
+    from filelock import FileLock  # torch's and huggingface_hub's dependency
     from real_checkpoint import smollm2_checkpoint
 
-    return smollm2_checkpoint(tmp_path_factory.mktemp("real") / "smollm2-135m-instruct")
+    shared = run_directory(tmp_path_factory)
+    with FileLock(shared / "real-checkpoint.lock"):
+        return smollm2_checkpoint(shared / "real-checkpoint" / "smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")

@@ -19,12 +19,16 @@ def composites(norms: int, ropes: int, attentions: int, experts: int = 0, deltas
     }
 
 
-def ci_sample(values, in_ci):
+def ci_sample(values, in_ci, *, several_names: bool = False):
     """``values`` as pytest parameters, those not in ``in_ci`` marked ``benchmark``: CI runs the sample
-    (conftest.py deselects the rest), ``pytest -m benchmark`` the rest, ``pytest -m "slow or benchmark"`` all."""
+    (conftest.py deselects the rest), ``pytest -m benchmark`` the rest, ``pytest -m "slow or benchmark"`` all.
+
+    ``several_names``: each value is a tuple of the values of several names (``"model_type, layers"``); else a
+    tuple is one value (a fixture's ``param``)."""
+    unpacked = lambda value: value if several_names else (value,)  # noqa: E731
     unknown = set(in_ci) - set(values)
     assert not unknown, f"not among the values: {sorted(unknown)}"
-    return [value if value in in_ci else pytest.param(value, marks=pytest.mark.benchmark) for value in values]
+    return [value if value in in_ci else pytest.param(*unpacked(value), marks=pytest.mark.benchmark) for value in values]
 
 
 #: model_type -> the composites its tiny config's asset invokes (``tests/test_llm_families.py`` counts them in the

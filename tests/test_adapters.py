@@ -180,7 +180,7 @@ def test_two_adapters_and_the_base_share_one_ptd_and_each_gives_peft_s_logits(ad
         assert files[adapter.name].stat().st_size <= 1.1 * adapter.nbytes + 64_000
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in base.parameters()}.values())
     # The asset's program and RoPE tables are a few kB over the weights: 1.02x holds from the real model on
-    # (test_real_adapters); a tiny model gets 32 kB of room.
+    # (test_real_model's installed command); a tiny model gets 32 kB of room.
     assert files["data"].stat().st_size <= 1.02 * weights + 32_000
     assert files["model"].stat().st_size <= 64_000
 

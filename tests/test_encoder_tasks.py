@@ -27,6 +27,7 @@ import torch
 
 import backend_suite.torchvision_ops  # noqa: F401 - torchvision's operator schemas, before transformers imports it
 from helpers import LoadedMethod
+from llm_helpers import ci_sample
 from requires import require
 
 require("transformers", "hf")
@@ -126,7 +127,11 @@ def lowered(key: tuple[str, str], build, tmp_path_factory):
     return _PTES[key]
 
 
-@pytest.fixture(scope="module", params=[(t, task) for t in TEXT_TYPES for task in text_encoder.TASKS], ids="-".join)
+#: CI's sample: each model type once, each task at least once; the other three in the benchmark tier.
+TEXT_IN_CI = [("bert", "feature-extraction"), ("distilbert", "fill-mask"), ("roberta", "fill-mask")]
+
+
+@pytest.fixture(scope="module", params=ci_sample([(t, task) for t in TEXT_TYPES for task in text_encoder.TASKS], TEXT_IN_CI), ids="-".join)
 def text_pte(request, tmp_path_factory):
     model_type, task = request.param
 

@@ -19,6 +19,7 @@ from requires import require
 require("transformers", "hf")
 
 import tokenizer_files  # noqa: E402
+from llm_helpers import ci_sample  # noqa: E402
 
 from coreai_partitioner import llm  # noqa: E402
 from coreai_partitioner.decoder import tokenizer  # noqa: E402
@@ -326,7 +327,8 @@ ENTRY_POINTS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", ENTRY_POINTS)
+# CI's sample: the command and its console script; the example script and the old export-llm spelling in the tier.
+@pytest.mark.parametrize("entry", ci_sample(list(ENTRY_POINTS), ["export", "coreai-export-llm"]))
 def test_every_entry_point_says_a_tokenizer_is_missing_and_a_flag_is_deprecated_and_nothing_else(entry, tmp_path):
     directory, _ = tokenizer_files.checkpoint(tmp_path / "checkpoint", None)
     line = [*ENTRY_POINTS[entry], "--checkpoint", str(directory), "--max-seq-len", "16", "--dry-run"]

@@ -142,7 +142,7 @@ def test_attention_reads_unwritten_cache_slots_as_zeros_so_a_nan_filled_cache_ch
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type", ["llama", "gemma3_text", "qwen3_5_text"])
+@pytest.mark.parametrize("model_type", ci_sample(["llama", "gemma3_text", "qwen3_5_text"], ["qwen3_5_text"]))
 def test_the_static_layout_keeps_forward_at_one_token_beside_prefill_over_one_asset(model_type, tmp_path):
     """Dense, sliding and recurrent layers: whole chunks through ``prefill``, the rest and the runner through ``forward``."""
     model = tiny(model_type)
@@ -213,7 +213,9 @@ def test_bounded_calls_are_chunks_of_forward_and_static_ones_whole_chunks_then_s
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model_type, layers_per_delegate", [("gemma3_text", 2), ("qwen3_5_text", 1)])
+@pytest.mark.parametrize(
+    "model_type, layers_per_delegate", ci_sample([("gemma3_text", 2), ("qwen3_5_text", 1)], [("gemma3_text", 2)], several_names=True)
+)
 def test_graph_breaks_make_a_delegate_per_n_layers_each_a_function_of_the_one_asset(model_type, layers_per_delegate, tmp_path):
     model = tiny(model_type)
     path = save_pte(llm.lower_decoder(model, SHAPES, graph_breaks=layers_per_delegate), tmp_path / "model.pte")

@@ -22,7 +22,10 @@ from requires import require
 
 require("transformers", "hf")
 
-pytestmark = pytest.mark.slow
+#: The benchmark tier (``pytest -m benchmark``): a 64 MB embedding and 0.6B-wide layers in fp16, which this
+#: machine's runtime computes in software.  Export memory is a benchmark's figure (benchmarks/llm.py); CI checks
+#: that the weights are stored once on tiny models (test_llm_families.py, test_llm_device.py).
+pytestmark = pytest.mark.benchmark
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -1,29 +1,31 @@
 """A real trained model as a user meets it: exported by the package command, answering chat through TextLLMRunner.
 
 The model is SmolLM2-135M-Instruct (the ``real_checkpoint`` fixture,
-``tests/real_checkpoint.py``), exported in the host form (the default
-target) by ``python -m coreai_partitioner export-llm``: fp32 by a
-pip-installed checkout in a fresh venv outside it, in the device form
-(``--target device``: what an iPhone runs, the prompt fed in calls of the chunk)
-with ``--external-data``, int4 (blocks of 32) with ``--verify``, and fp16 with
-``--verify`` in the ``benchmark`` tier (``pytest -m benchmark``: fp16 is
-software on this machine's runtime, so CI keeps its fp16 tests tiny).  Its answers
-to a chat message, in the checkpoint's chat template as ``--chat`` applies
-it and through ExecuTorch's ``TextLLMRunner``, are Hugging Face
-``generate``'s in the same dtype (fp32, fp16) or keep the fact (int4).
-``llm.check`` passes the fp32 and fp16 ``.pte`` against the model at their
-dtype and fails them against its broken twins (``llm_helpers.TWINS``, and
-two middle layers swapped at fp32); the quantization schemes' twins are
-``tests/test_real_quantized.py``'s and ``tests/test_quantized_schemes.py``'s.
+``tests/real_checkpoint.py``), exported by ``python -m coreai_partitioner
+export-llm``: fp32 by a pip-installed checkout in a fresh venv outside it, in
+the device form (``--target device``: what an iPhone runs, the prompt fed in
+calls of the chunk) with ``--external-data`` and the two adapters trained on
+made-up facts (the ``real_adapters`` fixture, ``tests/real_adapters.py``);
+in the ``benchmark`` tier (``pytest -m benchmark``) int4 (blocks of 32) with
+``--verify`` and fp16 with ``--verify`` (fp16 is software on this machine's
+runtime, so CI keeps its fp16 tests tiny).  Each program's answer to a chat
+message, in the checkpoint's chat template as ``--chat`` applies it and
+through ExecuTorch's ``TextLLMRunner``, is Hugging Face ``generate``'s in the
+same dtype (fp32, fp16), PEFT's own with that adapter active and unmerged, or
+keeps the fact (int4).  ``llm.check`` passes the fp32 and fp16 ``.pte``
+against the model at their dtype and fails them against its broken twins
+(``llm_helpers.TWINS``, and two middle layers swapped at fp32); the
+quantization schemes' twins are ``tests/test_real_quantized.py``'s and
+``tests/test_quantized_schemes.py``'s.
 
-Cost, in CPU seconds of one core: the int4 command 120, the installed
-fp32 command 70, the rest (the checkpoint, Hugging Face's answers, the
-references, the checks) 120; in the benchmark tier the fp16 command about
-300 more (coreai-core computes fp16 in software on Linux, a 576 x 1536
-linear at 0.04 GFLOP/s, about 3.5 s a token of this model: export 40,
-``--verify`` 80, the 37-token chat prompt and 8 answer tokens 180).  The
-int4 command (and fp16's, where it runs) starts before the module's first
-test and runs beside the others.
+Cost, in CPU seconds of one core: the installed command with its adapters
+240 (export 160, three chats 10), training the adapters 40, the rest (the
+checkpoint, PEFT's answers, the references, the checks) 80; in the benchmark
+tier the int4 command 120 and the fp16 command about 300 (coreai-core
+computes fp16 in software on Linux, a 576 x 1536 linear at 0.04 GFLOP/s,
+about 3.5 s a token of this model: export 40, ``--verify`` 80, the 37-token
+chat prompt and 8 answer tokens 180), started before the module's first test
+to run beside the others.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from requires import require
 require("transformers", "hf")
 
 from llm_helpers import TWINS, broken_twin, ci_sample  # noqa: E402
+from real_adapters import ADAPTERS, BASE_ANSWER, base_answer, peft_answer  # noqa: E402
+from real_adapters import NEW_TOKENS as ADAPTER_NEW_TOKENS  # noqa: E402
+from real_adapters import QUESTION as ADAPTER_QUESTION  # noqa: E402
 
 from coreai_partitioner import llm, verify  # noqa: E402
 
@@ -160,7 +165,7 @@ def precision_of(item) -> str | None:
 
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
-#: CI's sample of the dtypes and precisions here; fp16's rows are the benchmark tier's.
+#: CI's sample of the precisions llm.check judges here; fp16's row is the benchmark tier's.
 IN_CI = ("fp32",)
 
 
@@ -191,19 +196,21 @@ def hf_answers(real_checkpoint):
     return answer
 
 
-@pytest.mark.parametrize("dtype", ci_sample(list(DTYPES), IN_CI))
+@pytest.mark.benchmark  # what the fp16 and int4 commands' answers rest on
+@pytest.mark.parametrize("dtype", list(DTYPES))
 def test_the_question_has_no_near_tie_in_hf_greedy_answers(dtype, hf_answers):
     answer, gaps = hf_answers(dtype)
     assert answer == ANSWER, dtype
     assert min(gaps) > 0.5, (dtype, gaps)
 
 
-# ---------------------------------------------------------------- fp32, by a pip-installed checkout outside it
+# ---------------------------------------------------------------- fp32 with two adapters, by a pip-installed checkout outside it
 
 
 @dataclass
 class Installed:
-    """A venv outside the checkout with the checkout pip-installed into it (not editable), and its export-llm run."""
+    """A venv outside the checkout with the checkout pip-installed into it (not editable), and its export-llm run:
+    the device form with ``--external-data`` and the two trained adapters, each program asked ADAPTER_QUESTION."""
 
     python: Path
     site_packages: Path
@@ -213,7 +220,7 @@ class Installed:
 
 
 @pytest.fixture(scope="module")
-def installed(real_checkpoint, tmp_path_factory) -> Installed:
+def installed(real_checkpoint, real_adapters, tmp_path_factory) -> Installed:
     root = tmp_path_factory.mktemp("installed")
     source = root / "checkout"  # pip builds in the source tree (build/, *.egg-info): a copy keeps the checkout clean
     shutil.copytree(CHECKOUT, source, ignore=shutil.ignore_patterns(
@@ -234,8 +241,11 @@ def installed(real_checkpoint, tmp_path_factory) -> Installed:
     assert pip.returncode == 0, pip.stderr[-3000:]
     shutil.rmtree(source)  # nothing can be imported from the copy either
     env["COREAI_PARTITIONER_CACHE"] = str(root / "cache")  # empty: the host backend is compiled from what shipped
-    command = Command.start(
-        root / "run", *chat_flags(real_checkpoint, "--target", "device", "--external-data"), python=python, env=env)
+    flags = (
+        "--checkpoint", str(real_checkpoint), *SHAPE_FLAGS, "--chat", ADAPTER_QUESTION, "--new-tokens", str(ADAPTER_NEW_TOKENS),
+        "--target", "device", "--external-data", *(f"--adapter={name}={path}" for name, path in real_adapters.items()),
+    )
+    command = Command.start(root / "run", *flags, python=python, env=env)
     return Installed(python, site_packages, root / "cache", command, command.wait())
 
 
@@ -252,24 +262,50 @@ def test_a_pip_installed_checkout_runs_from_its_site_packages_and_ships_the_host
     assert len(list(installed.cache.glob("libcoreai_host_*.so"))) == 1  # built on first use, from those sources
 
 
-def test_a_pip_installed_checkout_exports_the_real_model_in_the_device_form_and_answers_its_chat_as_hf_does(
-    installed, hf_answers
+def test_a_pip_installed_checkout_exports_the_real_model_in_the_device_form_and_each_adapter_answers_as_peft_does(
+    installed, real_checkpoint, real_adapters
 ):
+    from coreai_partitioner.adapters.config import read_adapter
     from test_llm_device import assert_device_contract
+    from transformers import AutoConfig
 
     done = installed.done
     assert done.returncode == 0, done.stderr[-3000:]
-    assert chat_answer(done.stdout) == hf_answers("fp32")[0] == ANSWER, done.stdout
-    assert_device_contract(installed.command.pte, chunk=DEVICE_SHAPES.prefill_chunk)  # what upstream's on-device runtime takes
-    # --external-data: the weights are in model.ptd; the .pte keeps the graph, at most 2% of the weights' bytes.
-    assert f"wrote {installed.command.pte} and model.ptd, tokenizer.json" in done.stdout, done.stdout
+    # The programs and the one data file; beside them the checkpoint's tokenizer files, copied as they are.
+    written = {p.name for p in installed.command.directory.iterdir()}
+    programs = {"model", *real_adapters}
+    assert {name for name in written if name.endswith((".pte", ".ptd"))} == {
+        "model.ptd", *(f"{name}.pte" for name in programs)
+    }, done.stdout
+    assert "tokenizer.json" in written, done.stdout
+    data = installed.command.directory / "model.ptd"
+    for name in programs:  # what upstream's on-device runtime takes, each .pte with the one data file
+        program = verify.PteWithData(installed.command.directory / f"{name}.pte", data)
+        assert_device_contract(program, chunk=DEVICE_SHAPES.prefill_chunk)
+
+    # Through TextLLMRunner with model.ptd as its data_path: the base gives Hugging Face's answer, each adapter
+    # PEFT's with it active and unmerged, each its own made-up fact; so each program runs its own pairs.
+    answers = dict(re.findall(r"^chat\[(\w+)\]: .* -> (.*)$", done.stdout, flags=re.MULTILINE))
+    expected = {"model": base_answer(real_checkpoint).text}
+    expected.update({name: peft_answer(real_checkpoint, path).text for name, path in real_adapters.items()})
+    assert answers == expected, done.stdout
+    assert expected == {"model": BASE_ANSWER, **{name: adapter.answer for name, adapter in ADAPTERS.items()}}
+
+    # Disk: the .ptd at most 1.02x the base weights, the base .pte (graph, metadata, rank-1 zero pairs) at most 2% of
+    # them, each adapter's .pte at most 1.1x its pairs plus 64 kB.
     weights = int(re.search(r"weights ([\d,]+) bytes", done.stdout).group(1).replace(",", ""))
+    assert data.stat().st_size <= 1.02 * weights
     assert installed.command.pte.stat().st_size <= 0.02 * weights, done.stdout
+    config = AutoConfig.from_pretrained(real_checkpoint)
+    for name, path in real_adapters.items():
+        adapter = read_adapter(name, path, config)
+        assert (installed.command.directory / f"{name}.pte").stat().st_size <= 1.1 * adapter.nbytes + 64_000
 
 
 # ---------------------------------------------------------------- int4
 
 
+@pytest.mark.benchmark
 def test_the_int4_export_passes_verify_against_its_quantized_eager_model_and_answers_the_chat_with_the_fact(int4_command):
     done = int4_command.wait()
     assert done.returncode == 0, done.stderr[-3000:]

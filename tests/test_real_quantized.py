@@ -18,6 +18,13 @@ call), with the quantized eager model it hands back
   eager model's greedy answer, token for token, and names, as a word, what
   the fp32 model's answer names (what the scheme costs: a strict xfail
   where it is known to lose it).
+
+The whole module is the ``benchmark`` tier (``pytest -m benchmark``; each
+scheme's export quantizes 135M weights, palettize4's by k-means, 150 CPU s
+a scheme): what a scheme keeps of a real model's answers is a quality figure.
+CI's real model is ``tests/test_real_model.py``'s; that each scheme's ``.pte``
+computes its quantized eager model is CI's on tiny models
+(``tests/test_quantize.py``, ``tests/test_quantized_schemes.py``).
 """
 
 from __future__ import annotations
@@ -35,13 +42,13 @@ from requires import require
 require("transformers", "hf")
 require("coreai_opt", "quantize")
 
-from llm_helpers import broken_twin, ci_sample  # noqa: E402
+from llm_helpers import broken_twin  # noqa: E402
 
 from coreai_partitioner import llm, save_pte, verify  # noqa: E402
 from coreai_partitioner.llm import runner  # noqa: E402
 from coreai_partitioner.quantize.weight_forms import expand_weights  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.benchmark]
 
 #: question -> the word its answer must hold (the fp32 model's answer holds it too: checked first).
 QUESTIONS = {
@@ -49,8 +56,6 @@ QUESTIONS = {
     "What is the capital of France?": "Paris",
     "What is the chemical symbol for gold?": "Au",
 }
-#: CI asks one question of its scheme's program; ``pytest -m benchmark tests/test_real_quantized.py`` the others.
-QUESTIONS_IN_CI = ("What is the capital of Japan?",)
 NEW_TOKENS = 7  # fp32 names each word by its 7th token (Tokyo and Paris 6th, Au 7th)
 SHAPES = llm.DecoderShapes(max_context_len=96, prefill_chunk=64)
 
@@ -86,10 +91,8 @@ def chat(real_checkpoint, fp32_model) -> dict[str, tuple[str, list[int]]]:
     return prompts
 
 
+#: The Neural Engine's palettes and int4 per channel (int4 in blocks of 32 is ``tests/test_real_model.py``'s command).
 SCHEMES = ("int4-channel", "palettize4")
-#: CI's scheme: the Neural Engine's palettes (int4 in blocks of 32 is ``tests/test_real_model.py``'s command);
-#: int4 per channel in the benchmark tier.
-SCHEMES_IN_CI = ("palettize4",)
 #: What a scheme is known to lose on this 135M model (a Q4_1 checkpoint: its weights are on a 4-bit grid in blocks
 #: of 32 input channels, which int4 per output channel cannot follow): int4-channel answers "Hg2+" for gold.
 #: Strict: once the scheme keeps it, the mark must go.
@@ -142,8 +145,8 @@ def eager_answer(eager: torch.nn.Module, prompt: list[int], eos: tuple[int, ...]
         return list(llm.decode_tokens(forward, logits, len(prompt), NEW_TOKENS, eos))
 
 
-@pytest.mark.parametrize("question", ci_sample(list(QUESTIONS), QUESTIONS_IN_CI))
-@pytest.mark.parametrize("quantized", ci_sample(list(SCHEMES), SCHEMES_IN_CI), indirect=True, scope="module")
+@pytest.mark.parametrize("question", list(QUESTIONS))
+@pytest.mark.parametrize("quantized", list(SCHEMES), indirect=True, scope="module")
 def test_a_quantized_real_model_answers_through_text_llm_runner_as_its_quantized_eager_model_does(
     quantized, question, chat, tokenizer
 ):
@@ -152,8 +155,8 @@ def test_a_quantized_real_model_answers_through_text_llm_runner_as_its_quantized
     assert quantized.answer(text, question) == tokenizer.decode(wanted), (question, wanted)
 
 
-@pytest.mark.parametrize("question", ci_sample(list(QUESTIONS), QUESTIONS_IN_CI))
-@pytest.mark.parametrize("quantized", ci_sample(list(SCHEMES), SCHEMES_IN_CI), indirect=True, scope="module")
+@pytest.mark.parametrize("question", list(QUESTIONS))
+@pytest.mark.parametrize("quantized", list(SCHEMES), indirect=True, scope="module")
 def test_a_quantized_real_model_keeps_its_factual_answer_through_text_llm_runner(quantized, question, chat, request):
     if (quantized.scheme, question) in LOST:
         request.applymarker(pytest.mark.xfail(strict=True, reason=LOST[quantized.scheme, question]))

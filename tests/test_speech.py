@@ -320,7 +320,7 @@ def test_whisper_base_device_pte_keeps_the_stock_runtime_contract_and_gives_hf_g
         assert decoded.ended and decoded.ids == expected["ids"], (stem, decoded.ids, expected["text"])
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark  # the host form in CI is the tiny Whisper's (test_the_export_command_verifies_a_tiny_whisper...)
 def test_whisper_base_host_pte_gives_hf_greedy_ids_on_every_recording(whisper_base, device_run, hf_greedy, tmp_path_factory):
     """The host form's ``encoder`` is the device form's function (stateless, the same graph): it is run on one
     recording and must give the device form's output bit for bit; ``text_decoder`` (the caches as Core AI

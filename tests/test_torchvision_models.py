@@ -14,6 +14,7 @@ import os
 import pytest
 
 from backend_suite import INSTALL_TORCHVISION, TORCHVISION, models
+from llm_helpers import ci_sample
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +31,11 @@ def _torchvision_installed():
 #: the models issue #44 names (mobilenet_v2: BatchNorm's counters; resnet50: max_pool; vit_b_16: attention, its head
 #: drawn) at small images, and a shifted Swin V2 block (its rank-0 constant)
 MODELS = [("mobilenet_v2", 64), ("resnet50", 32), ("vit_b_16", 32), ("swin_v2_block", 8)]
+#: CI's sample; resnet50 (its max_pool's rules are test_claims_pooling's) in the benchmark tier.
+IN_CI = [("mobilenet_v2", 64), ("vit_b_16", 32), ("swin_v2_block", 8)]
 
 
-@pytest.mark.parametrize("name, size", MODELS)
+@pytest.mark.parametrize("name, size", ci_sample(MODELS, IN_CI, several_names=True))
 def test_a_torchvision_model_is_one_delegate_with_nothing_outside_and_gives_eagers_output(name, size):
     result = models.run(name, size=size)
     assert result["outside"] == {}, f"nodes left outside the Core AI delegate: {result['outside']}"

@@ -23,7 +23,7 @@ from requires import require  # noqa: E402
 
 require("transformers", "hf")
 
-from llm_helpers import assert_hf_greedy, perturb_channels  # noqa: E402
+from llm_helpers import assert_hf_greedy, ci_sample, perturb_channels  # noqa: E402
 
 from coreai_partitioner import llm, save_pte, verify, vision  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
@@ -106,7 +106,11 @@ def _exported(model_type: str, form: str, tmp_path_factory) -> Exported:
     return _EXPORTS[model_type, form]
 
 
-@pytest.fixture(scope="module", params=[(m, f) for m in sorted(PLACEHOLDER) for f in FORMS], ids="-".join)
+#: CI's sample: every family's device form (the device contract's test reads them all) and llava's host form.
+EXPORTS_IN_CI = [*((m, "device") for m in sorted(PLACEHOLDER)), ("llava", "host")]
+
+
+@pytest.fixture(scope="module", params=ci_sample([(m, f) for m in sorted(PLACEHOLDER) for f in FORMS], EXPORTS_IN_CI), ids="-".join)
 def exported(request, tmp_path_factory):
     return _exported(*request.param, tmp_path_factory)
 

@@ -26,6 +26,7 @@ from coreai_partitioner.partition.kernel_gaps import fill_kernel_gaps
 from coreai_partitioner.records.carried import claim_call_sites
 from coreai_partitioner.records.call_sites import EXTERNALIZE_NAMESPACE, call_sites_by_op, module_path, op_module_path, pair_call_sites
 from coreai_partitioner.records.externalize import check_records
+from coreai_partitioner.partition import claims
 from coreai_partitioner.partition.op_support import OperatorSupport, is_symbolic_scalar
 
 #: Upstream (ExecuTorch 1.5.1) ``CoreAIPartitioner.partition``'s message for the legacy flow, with our records.
@@ -122,9 +123,10 @@ class CoreAIPartitioner(_compat.UpstreamCoreAIPartitioner):
         unpaired = {node.name: reason for node, reason in pairing.unpaired.items() if node.graph is graph}
 
         support = OperatorSupport(claimable, unpaired, _constant_placeholders(exported_program) if self.take_over_constant_data else frozenset())
-        partitions = CapabilityBasedPartitioner(
-            exported_program.graph_module, support, allows_single_node_partition=True
-        ).propose_partitions()
+        with claims.judging():  # each node and each rank-0 region judged once in this partitioning
+            partitions = CapabilityBasedPartitioner(
+                exported_program.graph_module, support, allows_single_node_partition=True
+            ).propose_partitions()
         for op, reasons in support.refused.items():
             known = self.refused.setdefault(op, [])
             known.extend(reason for reason in reasons if reason not in known)

@@ -7,7 +7,11 @@ and its lowering stage :func:`~coreai_partitioner.lower_exported`, the two halve
 of :func:`~coreai_partitioner.lower` (``get_default_compile_config()``,
 ``get_default_passes()``), and it runs the ``.pte`` in ExecuTorch's own
 runtime, whose Core AI delegates run on this machine's Core AI runtime
-(:func:`coreai_partitioner.load_runtime_backend`).
+(:func:`coreai_partitioner.load_runtime_backend`).  The coreai_int8 flow is
+``lower(model, sample, quantize="int8")``: weight-only int8, per output
+channel, its reference the exported program with those weights (as
+XNNPACK's quantized flows compare with their quantized export), beside
+XNNPACK's ``xnnpack_static_int8_per_channel``.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ class Export(stages.Export):
     """``export_with_composites``, keeping the records for :class:`Lower` (the artifact is the program, eager's
     reference)."""
 
-    def __init__(self, records: dict, dynamic_shapes: Any = None) -> None:
+    def __init__(self, records: dict, dynamic_shapes: Any = None, quantize: str | None = None) -> None:
         super().__init__(dynamic_shapes=dynamic_shapes)
         self.records = records
+        self.quantize = quantize
 
     def run(self, artifact: torch.nn.Module, inputs: Any) -> None:
         self.exported_program, self.records["records"] = export_with_composites(
-            artifact, inputs, dynamic_shapes=self.dynamic_shapes
+            artifact, inputs, dynamic_shapes=self.dynamic_shapes, quantize=self.quantize
         )
 
 
@@ -64,16 +69,23 @@ class CoreAITester(Tester):
     """The harness ``Tester`` whose export and lowering are ``lower()``'s and whose runtime has the Core AI backend."""
 
     lower_stage = Lower
+    quantize: str | None = None
 
     def __init__(self, module: Any, example_inputs: Any, dynamic_shapes: Any = None) -> None:
         load_runtime_backend()
         records: dict = {}  # what the export stage hands the lowering stage beside the program
         classes = Tester.default_stage_classes() | {
-            StageType.EXPORT: functools.partial(Export, records),
+            StageType.EXPORT: functools.partial(Export, records, quantize=self.quantize),
             StageType.TO_EDGE_TRANSFORM_AND_LOWER: functools.partial(self.lower_stage, records),
             StageType.PARTITION: functools.partial(stages.Partition, partitioner=CoreAIPartitioner()),
         }
         super().__init__(module, example_inputs, stage_classes=classes, dynamic_shapes=dynamic_shapes)
+
+
+class CoreAIInt8Tester(CoreAITester):
+    """:class:`CoreAITester` lowering with ``quantize="int8"``: each Linear, convolution and embedding weight int8."""
+
+    quantize = "int8"
 
 
 class CoreAIDeviceTester(CoreAITester):
@@ -86,6 +98,7 @@ class CoreAIDeviceTester(CoreAITester):
 _DEVICE_DTYPES = "upstream's on-device Core AI runtime takes fp16/fp32 tensors only"
 
 COREAI_TEST_FLOW = TestFlow("coreai", backend="coreai", tester_factory=CoreAITester)
+COREAI_INT8_TEST_FLOW = TestFlow("coreai_int8", backend="coreai", tester_factory=CoreAIInt8Tester)
 COREAI_DEVICE_TEST_FLOW = TestFlow(
     "coreai_device",
     backend="coreai",
@@ -95,4 +108,4 @@ COREAI_DEVICE_TEST_FLOW = TestFlow(
     },
 )
 
-FLOWS = [COREAI_TEST_FLOW, COREAI_DEVICE_TEST_FLOW]
+FLOWS = [COREAI_TEST_FLOW, COREAI_INT8_TEST_FLOW, COREAI_DEVICE_TEST_FLOW]

@@ -17,8 +17,10 @@ error or the wrong result it prevents.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -44,11 +46,56 @@ def refuses(*ops: Any) -> Callable[[Rule], Rule]:
     return register
 
 
+#: what one partitioning has judged so far (:func:`judging`), by kind: node -> reason, node -> its rank-0 region's
+#: nodes kept outside (:mod:`.scalar_results`)
+_JUDGED: contextvars.ContextVar[dict[str, dict] | None] = contextvars.ContextVar("judged", default=None)
+
+
+@contextlib.contextmanager
+def judging() -> Iterator[None]:
+    """Judge each node once within: the partitioner asks of every node, and the rank-0 rules ask of a node's
+    neighbours and of its whole region, so without it a region is analysed once per node of it.  For one
+    partitioning of a graph that does not change meanwhile."""
+    token = _JUDGED.set({})
+    try:
+        yield
+    finally:
+        _JUDGED.reset(token)
+
+
+def judged(kind: str) -> dict | None:
+    """The table of what :func:`judging` remembers of ``kind`` (``None`` outside it: judge afresh)."""
+    tables = _JUDGED.get()
+    return None if tables is None else tables.setdefault(kind, {})
+
+
 def refusal(node: torch.fx.Node) -> str | None:
     """Why the converter cannot lower ``node`` right (``None``: nothing against it here)."""
+    return _remembered("refusal", node, lambda: _first_reason(node, (*_own_rules(node), *_RULES.get(EVERY_OP, ()))))
+
+
+def own_refusal(node: torch.fx.Node) -> str | None:
+    """Why a rule of ``node``'s own op keeps it outside, the rules of every op left out (``None``: none does)."""
+    return _remembered("own refusal", node, lambda: _first_reason(node, _own_rules(node)))
+
+
+def _remembered(kind: str, node: torch.fx.Node, judge: Callable[[], "str | None"]) -> str | None:
+    table = judged(kind)
+    if table is None:
+        return judge()
+    if node not in table:
+        table[node] = judge()
+    return table[node]
+
+
+def _own_rules(node: torch.fx.Node) -> list[Rule]:
+    return _RULES.get(_compat.converted_op(node.target), []) if node.op == "call_function" else []
+
+
+def _first_reason(node: torch.fx.Node, rules: Any) -> str | None:
     if node.op != "call_function":
         return None
-    for rule in (*_RULES.get(_compat.converted_op(node.target), ()), *_RULES.get(EVERY_OP, ())):
+    for rule in rules:
         reason = rule(node)
         if reason is not None:
             return reason

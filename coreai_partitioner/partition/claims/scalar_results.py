@@ -21,7 +21,7 @@ import operator
 import torch
 
 from coreai_partitioner import _compat
-from coreai_partitioner.partition.claims import _RULES, EVERY_OP, is_rank0, left_outside, refuses, value
+from coreai_partitioner.partition.claims import EVERY_OP, is_rank0, judged, left_outside, own_refusal, refuses, value
 from coreai_partitioner.partition.claims.data_dependent import data_dependent_size
 
 @refuses(EVERY_OP)
@@ -40,8 +40,22 @@ def scalar_result_leaves_the_delegate(node: torch.fx.Node) -> str | None:
 
 
 def stays_outside(node: torch.fx.Node) -> set[torch.fx.Node]:
-    """The nodes of ``node``'s rank-0 region that cannot be in a delegate, with its rank-0 values kept inside."""
+    """The nodes of ``node``'s rank-0 region that cannot be in a delegate, with its rank-0 values kept inside.
+
+    Within :func:`~coreai_partitioner.partition.claims.judging` each region is
+    analysed once, for the first of its nodes asked, and the answer kept for all.
+    """
+    table = judged("rank-0 region")
+    if table is not None and node in table:
+        return table[node]
     region = _region(node)
+    outside = _outside_of(region)
+    if table is not None:
+        table.update(dict.fromkeys(region, outside))
+    return outside
+
+
+def _outside_of(region: set[torch.fx.Node]) -> set[torch.fx.Node]:
     outside = {member for member in region if _outside_on_its_own(member)}
     grown = True
     while grown:
@@ -92,7 +106,7 @@ def _refused_by_its_op(node: torch.fx.Node) -> bool:
     """Tagged, refused by a rule of its op, or sized by data (a rule of every op that reads no neighbour)."""
     return (
         bool(node.meta.get(_compat.DO_NOT_DELEGATE_TAG, False))
-        or any(rule(node) is not None for rule in _RULES.get(_compat.converted_op(node.target), ()))
+        or own_refusal(node) is not None
         or data_dependent_size(node) is not None
     )
 

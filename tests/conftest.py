@@ -71,7 +71,7 @@ HEAVIEST_FIRST = (
     "test_upstream_conformance.py",  # 320 s, its worker waiting on upstream's process
     "test_real_model.py",  # 330 s: the installed command with two adapters, in a process it waits on
     "test_llm_device.py",  # 430 s
-    "test_real_quantized.py",  # 370 s
+    "test_real_quantized.py",  # 370 s, in the benchmark tier
     "test_llm_families.py",  # 260 s
     "test_vision.py",  # 140 s in one process
     "test_speech.py",  # 270 s in one process at a load of 3 here: Whisper base exported twice, four encoder calls

@@ -123,8 +123,8 @@ class Command:
         return self.pte
 
 
-def chat_flags(checkpoint: Path, *flags: str) -> tuple[str, ...]:
-    return ("--checkpoint", str(checkpoint), *SHAPE_FLAGS, "--chat", QUESTION, "--new-tokens", str(NEW_TOKENS), *flags)
+def chat_flags(checkpoint: Path, *flags: str, question: str = QUESTION, new_tokens: int = NEW_TOKENS) -> tuple[str, ...]:
+    return ("--checkpoint", str(checkpoint), *SHAPE_FLAGS, "--chat", question, "--new-tokens", str(new_tokens), *flags)
 
 
 def chat_answer(stdout: str) -> str:
@@ -241,9 +241,10 @@ def installed(real_checkpoint, real_adapters, tmp_path_factory) -> Installed:
     assert pip.returncode == 0, pip.stderr[-3000:]
     shutil.rmtree(source)  # nothing can be imported from the copy either
     env["COREAI_PARTITIONER_CACHE"] = str(root / "cache")  # empty: the host backend is compiled from what shipped
-    flags = (
-        "--checkpoint", str(real_checkpoint), *SHAPE_FLAGS, "--chat", ADAPTER_QUESTION, "--new-tokens", str(ADAPTER_NEW_TOKENS),
-        "--target", "device", "--external-data", *(f"--adapter={name}={path}" for name, path in real_adapters.items()),
+    flags = chat_flags(
+        real_checkpoint, "--target", "device", "--external-data",
+        *(f"--adapter={name}={path}" for name, path in real_adapters.items()),
+        question=ADAPTER_QUESTION, new_tokens=ADAPTER_NEW_TOKENS,
     )
     command = Command.start(root / "run", *flags, python=python, env=env)
     return Installed(python, site_packages, root / "cache", command, command.wait())

@@ -4,9 +4,9 @@
     python benchmarks/adapters.py --cache-dir DIR --parts families
     python benchmarks/adapters.py --cache-dir DIR --parts real memory
 
-``families``: each family's tiny random model (``llm.tiny_config``, fp32)
+``families``: each family's tiny random model (``text_generation.tiny_config``, fp32)
 with a random LoRA adapter (B not zero) on every linear layer PEFT's
-``all-linear`` finds, lowered once with :func:`llm.lower_with_adapters`
+``all-linear`` finds, lowered once with :func:`text_generation.lower_with_adapters`
 (host form), the adapter's ``.pte`` run over the base's ``.ptd`` in
 ExecuTorch's runtime against PEFT's own logits (adapter active, unmerged).
 
@@ -48,12 +48,12 @@ def families() -> list[dict[str, Any]]:
     from llm_helpers import ROWS, tiny
     from peft import LoraConfig, get_peft_model
 
-    from coreai_partitioner import llm, verify
+    from coreai_partitioner import text_generation, verify
     from coreai_partitioner.adapters.config import adapter_of_peft_model
-    from coreai_partitioner.llm import check
-    from coreai_partitioner.llm.export import lower_with_adapters
+    from coreai_partitioner.text_generation import check
+    from coreai_partitioner.text_generation.export import lower_with_adapters
 
-    shapes = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
+    shapes = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
     rows = []
     for model_type in ROWS:
         import tempfile

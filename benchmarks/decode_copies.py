@@ -6,7 +6,7 @@
 Counts bytes, not seconds: nothing here can time a device.  For one token
 (T = 1) at a context of ``--context`` slots:
 
-* **this package's device form** (``decoder/device.py``, either layout): the
+* **this package's device form** (``text_decoder/device.py``, either layout): the
   token and position cross as fp32; each layer's K and V caches are inputs
   the runtime borrows (upstream's ``borrow_inputs``: no copy), then inside
   the delegate each is read through :func:`~coreai_partitioner.blocks.written_only`

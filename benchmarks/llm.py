@@ -1,4 +1,4 @@
-"""LLM export at scale: export cost, .pte size and runtime speed of llm.lower_decoder, against coreai-torch's one shot.
+"""LLM export at scale: export cost, .pte size and runtime speed of text_generation.lower_decoder, against coreai-torch's one shot.
 
     python benchmarks/llm.py --cache-dir CKPTS                         # every row; writes benchmarks/results/llm.*
     python benchmarks/llm.py --cache-dir CKPTS --rows qwen3 qwen3-0.6b-28l
@@ -6,7 +6,7 @@
     python benchmarks/llm.py --load WORK_DIR --results DIR             # results of the rows finished so far
 
 Rows: tiny Llama, Qwen3, Mistral, Gemma 3, Qwen3-MoE and Qwen3.5 configs
-(``llm.tiny_config``, fp32), the Qwen3-0.6B shape at 4, 14 and 28 layers, a
+(``text_generation.tiny_config``, fp32), the Qwen3-0.6B shape at 4, 14 and 28 layers, a
 Llama-3.2-1B shape, Qwen3-30B-A3B's layer shape (128 experts of width 768, 8
 active, d 2048) at 4 layers and Qwen3.5's (``Qwen3_5TextConfig``'s defaults:
 d 4096, gated delta rule with 32 value heads) at 8 (fp16, random weights
@@ -23,7 +23,7 @@ look-up tables over 8B weights; run them alone on a quiet machine (``--rows
 llama-3.1-8b-int4 llama-3.1-8b-palettize4 --paths plugin``; the checkpoint is
 16 GB under ``--cache-dir``).  Eager's logits are
 computed and the model freed before the runtime loads the ``.pte``.  Every row is two processes, one after the other: the plugin
-path (``llm.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
+path (``text_generation.lower_decoder`` + ``to_executorch`` + ``write_to_file``, what
 ``examples/export_llm.py`` does) and coreai-torch's one-shot conversion of
 the same model.  Time and exact peak RSS per phase come from
 ``memory_profile.measure_export``.  The plugin process then loads the
@@ -82,7 +82,7 @@ ROWS = {
     "qwen3-30b-a3b-1l-fp32": ("qwen3-30b-a3b", "fp32", 1, {}),
     "qwen3.5-8l": ("qwen3.5", "fp16", 8, {}),
     "qwen3.5-4l-fp32": ("qwen3.5-tied", "fp32", 4, {}),
-    # the device form (llm.lower_decoder(target="device")) beside the host rows of the same checkpoint
+    # the device form (text_generation.lower_decoder(target="device")) beside the host rows of the same checkpoint
     "qwen3-0.6b-28l-device": ("qwen3-0.6b", "fp16", 28, {"target": "device"}),
     "qwen3-0.6b-28l-fp32-device": ("qwen3-0.6b", "fp32", 28, {"target": "device"}),
     # Llama-3.1-8B's shape, weight-only quantized: k-means look-up tables beside coreai-opt's int4 blocks
@@ -146,10 +146,10 @@ def model_loader(name: str, cache_dir: Path):
         def load():
             from transformers import AutoModelForCausalLM
 
-            from coreai_partitioner import llm
+            from coreai_partitioner import text_generation
 
             torch.manual_seed(0)
-            return AutoModelForCausalLM.from_config(llm.tiny_config(recipe[5:]), attn_implementation="eager").to(dtype).eval()
+            return AutoModelForCausalLM.from_config(text_generation.tiny_config(recipe[5:]), attn_implementation="eager").to(dtype).eval()
 
         return load
     path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),

@@ -1,4 +1,4 @@
-"""Per-phase time and peak RSS of the LLM export (llm.lower_decoder), or of coreai-torch's one-shot conversion.
+"""Per-phase time and peak RSS of the LLM export (text_generation.lower_decoder), or of coreai-torch's one-shot conversion.
 
     python benchmarks/memory_profile.py --layers 4                  # Qwen3-0.6B width, 4 layers, fp16
     python benchmarks/memory_profile.py --layers 28 --oneshot       # coreai-torch one shot, same model
@@ -51,8 +51,8 @@ QWEN3_30B_A3B = dict(
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
-    ("coreai_partitioner.decoder.adapter", "adapt", "adapt the family"),
-    ("coreai_partitioner.llm.export", "export_decoder", "export + externalize"),
+    ("coreai_partitioner.text_decoder.adapter", "adapt", "adapt the family"),
+    ("coreai_partitioner.text_generation.export", "export_decoder", "export + externalize"),
     ("coreai_partitioner.quantize", "quantize", "quantize"),
     ("coreai_partitioner.quantize", "check_model", "check shapes"),
     ("coreai_partitioner.quantize", "store_weights", "store weights"),
@@ -275,7 +275,7 @@ def measure_export(
 ) -> tuple[Any, Measurement]:
     """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
 
-    The plugin path is :func:`coreai_partitioner.llm.lower_decoder`, ``to_executorch``
+    The plugin path is :func:`coreai_partitioner.text_generation.lower_decoder`, ``to_executorch``
     and ``write_to_file`` (what ``examples/export_llm.py`` does), dynamic ``T``
     up to ``prefill_chunk`` over a cache of ``max_context_len``; ``oneshot``
     is coreai-torch's ``TorchConverter`` with the same composites, ``to_coreai``
@@ -288,11 +288,11 @@ def measure_export(
     with profile.phase("import"):
         import torch
 
-        from coreai_partitioner import llm
+        from coreai_partitioner import text_generation
 
         for where, attr, label in PHASES:
             profile.wrap(where, attr, label)
-    shapes = llm.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk, target=target)
+    shapes = text_generation.DecoderShapes(max_context_len=max_context_len, prefill_chunk=prefill_chunk, target=target)
     with profile.phase("load"):
         model = load()
     weights = weight_bytes(model)
@@ -306,7 +306,7 @@ def measure_export(
         out = _oneshot(model, shapes, out.with_suffix(".aimodel"), profile)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     else:
-        lowered = llm.lower_decoder(model, shapes, full_logits=full_logits, quantize=quantize)
+        lowered = text_generation.lower_decoder(model, shapes, full_logits=full_logits, quantize=quantize)
         with profile.phase("to_executorch"):
             executorch_program = lowered.to_executorch()
         with profile.phase("write_to_file"):
@@ -325,7 +325,7 @@ def _oneshot(model: Any, shapes: Any, out: Path, profile: Profile) -> Path:
     import torch
     from coreai_torch import TorchConverter, get_decomp_table
 
-    from coreai_partitioner import default_specs, llm
+    from coreai_partitioner import default_specs, text_generation
 
     # The same forward as the plugin's: T symbolic from 1 to the prefill chunk.
     tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
@@ -336,7 +336,7 @@ def _oneshot(model: Any, shapes: Any, out: Path, profile: Profile) -> Path:
             program = torch.export.export(module, sample, dynamic_shapes=({1: tokens_dim}, {0: tokens_dim}))
             return program.run_decompositions(get_decomp_table())
 
-    decoder = llm.adapt(model, shapes)
+    decoder = text_generation.adapt(model, shapes)
     with profile.phase("oneshot: export + externalize"):
         converter = TorchConverter().add_pytorch_module(decoder, export_fn=export_fn, externalize_modules=default_specs())
     with profile.phase("oneshot: to_coreai"):

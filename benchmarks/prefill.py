@@ -10,7 +10,7 @@ exported in the device form twice, each in a process of its own:
 ``enable_dynamic_shape`` false, so ``TextLLMRunner`` feeds the prompt a
 token a call) and ``bounded`` (one ``forward`` taking T from 1 to the chunk;
 the runner prefills in calls of the chunk).  Each process times the export
-and then ``TextLLMRunner`` (``llm.runner.Runner``, its own stats) on each
+and then ``TextLLMRunner`` (``text_generation.runner.Runner``, its own stats) on each
 prompt length, a few times: prompt evaluation (time to first token) and one
 decode step; and reports its peak RSS.  The table puts the two layouts side
 by side.  Runs on this machine's Core AI runtime (Linux CPU, fp32): what
@@ -43,8 +43,8 @@ def worker(args: argparse.Namespace) -> dict:
     import torch
     import transformers
 
-    from coreai_partitioner import llm, save_pte
-    from coreai_partitioner.llm.runner import Runner
+    from coreai_partitioner import text_generation, save_pte
+    from coreai_partitioner.text_generation.runner import Runner
 
     config = transformers.LlamaConfig(
         hidden_size=args.dim, intermediate_size=2 * args.dim, num_hidden_layers=args.layers,
@@ -53,13 +53,13 @@ def worker(args: argparse.Namespace) -> dict:
     )
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    shapes = llm.DecoderShapes(args.context, args.chunk, target="device", device_shapes=args.layout)
+    shapes = text_generation.DecoderShapes(args.context, args.chunk, target="device", device_shapes=args.layout)
     with tempfile.TemporaryDirectory() as directory:
         pte = Path(directory) / "model.pte"
         started = time.perf_counter()
-        save_pte(llm.lower_decoder(model, shapes), pte)
+        save_pte(text_generation.lower_decoder(model, shapes), pte)
         export_s = time.perf_counter() - started
-        llm.byte_tokenizer(config).save(str(Path(directory) / "tokenizer.json"))
+        text_generation.byte_tokenizer(config).save(str(Path(directory) / "tokenizer.json"))
         runner = Runner(pte, Path(directory) / "tokenizer.json")
         rows = {}
         for length in args.prompts:

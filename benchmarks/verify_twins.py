@@ -3,10 +3,10 @@
     python benchmarks/verify_twins.py > benchmarks/results/verify_twins.txt                 # a few minutes
     python benchmarks/verify_twins.py --families > benchmarks/results/verify_families.txt   # every family: longer
 
-Each row lowers a model once (``llm.lower_decoder``, host form) and runs its
+Each row lowers a model once (``text_generation.lower_decoder``, host form) and runs its
 ``.pte`` over ``export-llm --verify``'s tokens (a seeded 8-token prompt in
 one call, the fp32 model's 8 greedy tokens one a call:
-``llm.check.reference``).  ``llm.check.judge`` then compares those logits
+``text_generation.check.reference``).  ``text_generation.check.judge`` then compares those logits
 with the eager model the ``.pte`` was lowered from (the model at its dtype,
 or the quantized eager model ``lower_decoder(quantized_reference=)`` hands
 back), and with each broken twin of that eager model
@@ -46,39 +46,39 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "tests")]
 
 from llm_helpers import ROWS, TWINS, broken_twin, tiny  # noqa: E402
 
-from coreai_partitioner import console, llm, save_pte, verify  # noqa: E402
+from coreai_partitioner import console, text_generation, save_pte, verify  # noqa: E402
 from coreai_partitioner.quantize import SCHEMES  # noqa: E402
 from coreai_partitioner.verify import fidelity  # noqa: E402
 from coreai_partitioner.verify.table import table  # noqa: E402
 
-TINY = llm.DecoderShapes(max_context_len=32, prefill_chunk=16)
-WIDER = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
+TINY = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=16)
+WIDER = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
 
 
 def wider() -> torch.nn.Module:
     """tests/test_quantized_schemes.py's model: the tiny Llama config, d 256, MLP 1024, vocab 1024, seeded."""
     import transformers
 
-    config = llm.tiny_config("llama")
+    config = text_generation.tiny_config("llama")
     config.hidden_size, config.intermediate_size, config.vocab_size = 256, 1024, 1024
     torch.manual_seed(0)
     return transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
 
 
-def row(name: str, make, dtype: torch.dtype, scheme: str | None, shapes: llm.DecoderShapes, directory: Path) -> list:
-    reference = llm.check.reference(make(), shapes)
+def row(name: str, make, dtype: torch.dtype, scheme: str | None, shapes: text_generation.DecoderShapes, directory: Path) -> list:
+    reference = text_generation.check.reference(make(), shapes)
     model = make().to(dtype)
     held: list = []
     start = time.perf_counter()
-    pte = save_pte(llm.lower_decoder(model, shapes, quantize=scheme, quantized_reference=held), directory / "model.pte")
+    pte = save_pte(text_generation.lower_decoder(model, shapes, quantize=scheme, quantized_reference=held), directory / "model.pte")
     eager_model = held[0] if held else model
-    logits = llm.check.program_logits(pte, reference, shapes)
+    logits = text_generation.check.program_logits(pte, reference, shapes)
     verify.reset_state(pte)
     cells = []
     for twin in ("right", *TWINS, "SiLU converted as GELU"):
         candidate = eager_model if twin == "right" else broken_twin(eager_model, twin)
-        eager = llm.check.eager_logits(candidate, reference, shapes)
-        report = llm.check.judge(logits, reference, eager=eager, dtype=dtype, quantize=scheme)
+        eager = text_generation.check.eager_logits(candidate, reference, shapes)
+        report = text_generation.check.judge(logits, reference, eager=eager, dtype=dtype, quantize=scheme)
         signal = report.signal.outputs[0]
         cells.append(f"{signal.snr:.1f} ({'passes' if report.ok else 'fails'})")
     threshold = report.signal.outputs[0].threshold.snr
@@ -88,11 +88,11 @@ def row(name: str, make, dtype: torch.dtype, scheme: str | None, shapes: llm.Dec
 
 
 def family_row(model_type: str, dtype: torch.dtype, directory: Path) -> list:
-    reference = llm.check.reference(tiny(model_type), TINY)
+    reference = text_generation.check.reference(tiny(model_type), TINY)
     model = tiny(model_type, dtype)
-    eager = None if dtype == torch.float32 else llm.check.eager_logits(model, reference, TINY)
-    pte = save_pte(llm.lower_decoder(model, TINY), directory / "model.pte")
-    report = llm.check.check(pte, reference, TINY, eager=eager, dtype=dtype)
+    eager = None if dtype == torch.float32 else text_generation.check.eager_logits(model, reference, TINY)
+    pte = save_pte(text_generation.lower_decoder(model, TINY), directory / "model.pte")
+    report = text_generation.check.check(pte, reference, TINY, eager=eager, dtype=dtype)
     verify.reset_state(pte)
     signal = report.signal.outputs[0]
     bound = signal.threshold.snr + fidelity.GAIN_DB

@@ -18,7 +18,7 @@ fp32's):
   262,208 (tied), 2 of its 34 (sliding, window 1024); one timed run, not three
   (a 4096-token tower call is minutes on this runtime).
 
-Each row is one process: ``vision.lower_vlm`` + ``to_executorch`` +
+Each row is one process: ``image_text_to_text.lower_vlm`` + ``to_executorch`` +
 ``write_to_file`` timed per phase with exact peak RSS
 (``memory_profile.Profile``: the kernel's high-water mark reset at each
 phase), then the ``.pte`` in ExecuTorch's runtime (Core AI delegates on the
@@ -50,8 +50,8 @@ from memory_profile import GB, PHASES, Profile  # noqa: E402
 
 #: The vision path's own functions, timed as phases beside memory_profile's.
 VISION_PHASES = (
-    ("coreai_partitioner.vision.export", "adapt", "adapt the families"),
-    ("coreai_partitioner.vision.export", "export_methods", "export the three methods + externalize"),
+    ("coreai_partitioner.image_text_to_text.export", "adapt", "adapt the families"),
+    ("coreai_partitioner.image_text_to_text.export", "export_methods", "export the three methods + externalize"),
     ("coreai_partitioner.records.externalize", "externalize_modules", "a method: export + externalize"),
     ("coreai_partitioner.lowering.whole_program", "lower_whole_programs", "lower the three methods (one to_backend)"),
     ("coreai_partitioner.backends.apple_coreai.preprocess", "_preprocess_functions", "preprocess: one asset, three functions"),
@@ -114,13 +114,13 @@ def measure(name: str, out: Path) -> dict[str, Any]:
     with profile.phase("import"):
         import torch
 
-        from coreai_partitioner import llm, vision
-        from coreai_partitioner.vision import run
+        from coreai_partitioner import text_generation, image_text_to_text
+        from coreai_partitioner.image_text_to_text import run
 
         for where, attr, label in (*PHASES, *VISION_PHASES):
             profile.wrap(where, attr, label)
     make, context, chunk, runs = ROWS[name]
-    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=chunk)
+    shapes = text_generation.DecoderShapes(max_context_len=context, prefill_chunk=chunk)
     with profile.phase("build the model (random weights)"):
         import transformers
 
@@ -130,8 +130,8 @@ def measure(name: str, out: Path) -> dict[str, Any]:
     weights = memory_profile.weight_bytes(model)
     baseline = profile.restart_peak()
     started, cpu = time.perf_counter(), time.process_time()
-    vlm = vision.adapt(model, shapes)
-    lowered = vision.lower_vlm(model, shapes, vlm=vlm)
+    vlm = image_text_to_text.adapt(model, shapes)
+    lowered = image_text_to_text.lower_vlm(model, shapes, vlm=vlm)
     with profile.phase("to_executorch"):
         program = lowered.to_executorch()
     with profile.phase("write_to_file"):

@@ -20,7 +20,7 @@ accumulates in fp32) or fp32:
 An ``encoder fp16`` row decodes its encoder's output with the fp32 decoder
 (the words it changes are the encoder's alone; its SNR is against the fp32
 encoder's output); a ``decoder fp16`` row is ``export --dtype fp16
---encoder-dtype fp32`` (``speech.at_precision``); ``all fp16`` is ``export
+--encoder-dtype fp32`` (``speech_recognition.at_precision``); ``all fp16`` is ``export
 --dtype fp16``.  Each is decoded with Hugging Face's ``generate`` (English
 transcription, no timestamps) and judged against the fp32 model's text.  Under
 the two rows a ``.pte`` of the speech benchmark ran as, its text on the
@@ -108,7 +108,7 @@ def measure(cache_dir: Path) -> dict:
     from transformers import WhisperForConditionalGeneration, WhisperProcessor
     from transformers.modeling_outputs import BaseModelOutput
 
-    from coreai_partitioner import speech
+    from coreai_partitioner import speech_recognition
     from speech import checkpoint, recordings
 
     path = checkpoint(cache_dir)
@@ -116,7 +116,7 @@ def measure(cache_dir: Path) -> dict:
 
     def load(dtype: torch.dtype, encoder_dtype: torch.dtype) -> torch.nn.Module:
         model = WhisperForConditionalGeneration.from_pretrained(path, attn_implementation="eager").eval()
-        return speech.at_precision(model, dtype, encoder_dtype=encoder_dtype)
+        return speech_recognition.at_precision(model, dtype, encoder_dtype=encoder_dtype)
 
     fp32 = load(torch.float32, torch.float32)
     models = {  # (encoder side, decoder side): the model whose generate runs the row
@@ -131,7 +131,7 @@ def measure(cache_dir: Path) -> dict:
 
     found = {}
     for wav in recordings():
-        features = processor(speech.read_wav(wav), sampling_rate=16000, return_tensors="pt").input_features
+        features = processor(speech_recognition.read_wav(wav), sampling_rate=16000, return_tensors="pt").input_features
         rows = {}
         with torch.no_grad():
             states32 = fp32.model.encoder(features).last_hidden_state
@@ -156,7 +156,7 @@ def measure(cache_dir: Path) -> dict:
 
 
 def table(found: dict, runtime: dict) -> str:
-    from coreai_partitioner.speech import normalized_words, word_error_rate
+    from coreai_partitioner.speech_recognition import normalized_words, word_error_rate
 
     lines = ["row (the rest PyTorch's fp16, or fp32)                 encoder SNR dB  same words  WER    seconds  text",
              "------------------------------------------------------  --------------  ----------  -----  -------  ----"]

@@ -49,21 +49,22 @@ A stage is a folder, in the order a record goes through them:
 ExecuTorch export recipes and optimum-executorch recipes; ``cli/`` is
 ``python -m coreai_partitioner``.
 
-An LLM (``llm/``: :func:`llm.lower_decoder`) takes the same road with a
-first step of its own: its family file (``decoder/families/``) re-composes the
+An LLM (``text_generation/``: :func:`text_generation.lower_decoder`) takes the same road with a
+first step of its own: its family file (``text_decoder/families/``) re-composes the
 Hugging Face model's layers from the primitives in ``blocks/`` over the
 model's own weights.  Then it is exported with its composites externalized
 (step 1), its weights quantized (2), and lowered with steps 2 and 3 swapped
 (``lowering/whole_program.py``): its one delegate takes the whole graph, so it is
 decomposed once, partitioned and converted on ATen IR, and only the casts
-left around the delegate become edge dialect.  ``decoder/device.py`` makes the
-form upstream's on-device runtime runs; ``llm/check.py`` judges the result
+left around the delegate become edge dialect.  ``text_decoder/device.py`` makes the
+form upstream's on-device runtime runs; ``text_generation/check.py`` judges the result
 against the eager model it was lowered from.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING
 
 # Importing the package imports nothing else: the public names below load on first use, so
@@ -89,7 +90,7 @@ _PUBLIC = {
 __all__ = [*_PUBLIC, "verify"]
 
 if TYPE_CHECKING:
-    from coreai_partitioner import llm, verify
+    from coreai_partitioner import text_generation, verify
     from coreai_partitioner._compat import ExternalizeSpec, do_not_delegate
     from coreai_partitioner.backends.apple_coreai.runtime.host import load_runtime_backend
     from coreai_partitioner.records.externalize import ExternalizedModules, externalize_modules
@@ -100,9 +101,17 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str):
-    # ``llm`` needs transformers (the hf extra) to adapt a model; it, like every public name, loads on first use.
-    if name in ("llm", "verify"):
+    # ``text_generation`` needs transformers (the hf extra) to adapt a model; it, like every public name, loads on first use.
+    if name in ("text_generation", "verify"):
         return importlib.import_module(f".{name}", __name__)
+    if name == "llm":
+        warnings.warn(
+            "coreai_partitioner.llm is now coreai_partitioner.text_generation (the text-generation task's room); "
+            "import that name instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(".text_generation", __name__)
     if name in _PUBLIC:
         value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
         globals()[name] = value
@@ -111,4 +120,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__, "llm"})
+    return sorted({*globals(), *__all__, "text_generation"})

@@ -52,7 +52,7 @@ WARNINGS = (
     (UserWarning, r"coreai-torch has only been validated"),
     (UserWarning, r".*TypedStorage is deprecated"),
     # ExecuTorch's emitter on the device form's caches: they carry no initial value on purpose (a call reads
-    # only the slots its sequence wrote; decoder/device.py), which the warning calls "meaningless initial state".
+    # only the slots its sequence wrote; text_decoder/device.py), which the warning calls "meaningless initial state".
     (UserWarning, r"Mutation on a buffer in the model is detected"),
     (DeprecationWarning, r".*"),
 )

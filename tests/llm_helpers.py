@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from coreai_partitioner import llm
+from coreai_partitioner import text_generation
 
 
 def composites(norms: int, ropes: int, attentions: int, experts: int = 0, deltas: int = 0) -> dict[str, int]:
@@ -82,7 +82,7 @@ def tiny(model_type: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module
     import transformers
 
     torch.manual_seed(0)
-    config = llm.tiny_config(model_type)
+    config = text_generation.tiny_config(model_type)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():
         for parameter in model.parameters():
@@ -185,7 +185,7 @@ def _eos_ids(model, eos: int | None) -> set[int]:
 #: What a wrong conversion might compute instead of the model, by name: each makes a twin of a Hugging Face model
 #: or of the eager program a quantized export hands back (``lower_decoder(..., quantized_reference=)``), the same
 #: change to either.  ``tests/test_fidelity.py``, ``test_quantized_schemes.py`` and the real-model tests judge a
-#: right ``.pte`` against each twin's logits: ``llm.check`` must fail it.
+#: right ``.pte`` against each twin's logits: ``text_generation.check`` must fail it.
 TWINS = ("a perturbed weight", "the first two layers swapped", "SiLU converted as ReLU")
 
 #: Twins that convert every SiLU as another activation: its module, its op, its name in a config.  GELU is subtler
@@ -240,7 +240,7 @@ def broken_twin(model: torch.nn.Module, twin: str, swap: tuple[int, int] = (0, 1
             found = [m for m in twin_model.modules() if type(getattr(m, "act_fn", None)).__name__ in ("SiLU", "SiLUActivation")]
             for module in found:
                 module.act_fn = module_type()
-            twin_model.config.get_text_config().hidden_act = name  # what llm.adapt reads, to export the twin
+            twin_model.config.get_text_config().hidden_act = name  # what text_generation.adapt reads, to export the twin
         assert found, f"{type(model).__name__} computes no SiLU"
     else:
         raise ValueError(f"no broken twin {twin!r}: {TWINS}")
@@ -252,7 +252,7 @@ def adapted_and_eager(model_type: str, shapes, prompt: int, steps: int = 4) -> t
     single-token calls, after a prefill of other tokens) and of Hugging Face eager over the same tokens."""
     model = tiny(model_type)
     tokens = prompt_tokens(prompt + steps)
-    decoder = llm.adapt(model, shapes, full_logits=True)
+    decoder = text_generation.adapt(model, shapes, full_logits=True)
     with torch.no_grad():
         expected = model(tokens).logits
         decoder(prompt_tokens(prompt, seed=2), torch.arange(prompt))  # another prompt first: position 0 starts over

@@ -21,13 +21,13 @@ require("peft", "test")
 
 from llm_helpers import tiny  # noqa: E402
 
-from coreai_partitioner import llm, verify  # noqa: E402
+from coreai_partitioner import text_generation, verify  # noqa: E402
 from coreai_partitioner.adapters.config import AdapterError, check_adapter_config, parse_adapter_argument, read_adapter  # noqa: E402
-from coreai_partitioner.llm import check  # noqa: E402
-from coreai_partitioner.llm.adapters import WithPairs  # noqa: E402
-from coreai_partitioner.llm.export import lower_with_adapters  # noqa: E402
+from coreai_partitioner.text_generation import check  # noqa: E402
+from coreai_partitioner.text_generation.adapters import WithPairs  # noqa: E402
+from coreai_partitioner.text_generation.export import lower_with_adapters  # noqa: E402
 
-SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -192,7 +192,7 @@ def test_lower_decoder_takes_a_peft_model_keeping_its_adapter_low_rank(adapter_d
     base, first, _ = adapter_dirs
     model = peft_model(tiny("llama"), 7)
     reference = check.reference(model, SHAPES)
-    lowered = llm.lower_decoder(model, SHAPES)
+    lowered = text_generation.lower_decoder(model, SHAPES)
     save_pte(lowered, tmp_path / "peft.pte")
     assert (tmp_path / "peft.ptd").is_file()
     assert_runs_as(tmp_path / "peft.pte", reference)
@@ -227,7 +227,7 @@ def test_every_family_kind_takes_an_adapter_on_its_linear_layers_and_gives_peft_
 def test_the_device_form_in_fp16_takes_adapters_within_the_device_runtime_s_contract(tmp_path):
     from device_contract import device_delegate_arguments
 
-    shapes = llm.DecoderShapes(max_context_len=32, prefill_chunk=8, target="device")
+    shapes = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8, target="device")
     model, adapter, files, programs = lowered_with_random_adapter("qwen3", tmp_path, torch.float16, shapes=shapes)
     assert programs.dtype == torch.float16
     program = verify.PteWithData(files["default"], files["data"])

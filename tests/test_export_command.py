@@ -61,7 +61,7 @@ def test_a_checkpoint_of_no_task_exported_here_is_refused_naming_what_it_holds_b
 def test_speechs_own_task_flag_is_reached_through_the_export_command(tmp_path, capsys):
     from coreai_partitioner.cli import export
     from coreai_partitioner.cli.tasks import automatic_speech_recognition as asr
-    from coreai_partitioner.speech.tiny import tiny_config, tiny_generation_config
+    from coreai_partitioner.speech_recognition.tiny import tiny_config, tiny_generation_config
 
     # Parsed by the speech command (not taken for the export command's --task), which then refuses its decode length.
     with pytest.raises(SystemExit) as exited:

@@ -21,12 +21,12 @@ require("transformers", "hf")
 import tokenizer_files  # noqa: E402
 from llm_helpers import ci_sample  # noqa: E402
 
-from coreai_partitioner import llm  # noqa: E402
-from coreai_partitioner.decoder import tokenizer  # noqa: E402
-from coreai_partitioner.llm import runner, text  # noqa: E402
+from coreai_partitioner import text_generation  # noqa: E402
+from coreai_partitioner.text_decoder import tokenizer  # noqa: E402
+from coreai_partitioner.text_generation import runner, text  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "export_llm.py"
-SHAPES = llm.DecoderShapes(max_context_len=48, prefill_chunk=16)
+SHAPES = text_generation.DecoderShapes(max_context_len=48, prefill_chunk=16)
 
 
 def run_example(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -66,10 +66,10 @@ def test_each_tokenizer_kind_is_found_and_loads_as_executorchs_runner_loads_it(k
 
 
 def test_first_layers_cuts_every_per_layer_list():
-    config = llm.first_layers(llm.tiny_config("gemma3_text"), 3)
+    config = text_generation.first_layers(text_generation.tiny_config("gemma3_text"), 3)
     assert config.num_hidden_layers == 3 and len(config.layer_types) == 3
     with pytest.raises(ValueError, match="num_layers 9: the model has 4 layers"):
-        llm.first_layers(llm.tiny_config("gemma3_text"), 9)
+        text_generation.first_layers(text_generation.tiny_config("gemma3_text"), 9)
 
 
 def test_every_lowering_option_is_a_lower_decoder_keyword():
@@ -77,13 +77,13 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
 
     from coreai_partitioner import CoreAIPartitioner
     from coreai_partitioner.cli import export, flags
-    from coreai_partitioner.cli.tasks import text_generation
+    from coreai_partitioner.cli.tasks import text_generation as task
     from coreai_partitioner.quantize.schemes import SCHEMES
 
-    parser = export.build_parser(text_generation)
-    options = text_generation.lowering_options(parser.parse_args(["--quantize", "int4", "--full-logits"]))
+    parser = export.build_parser(task)
+    options = task.lowering_options(parser.parse_args(["--quantize", "int4", "--full-logits"]))
     assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none", "external_data": False}
-    keywords = set(inspect.signature(llm.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
+    keywords = set(inspect.signature(text_generation.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
     assert parser.get_default("quantize") is None and set(flags.definitions()["--quantize"]["choices"]) == set(SCHEMES)
 
@@ -107,7 +107,7 @@ def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():
 
 def test_runner_output_keeps_a_split_character_until_it_is_whole():
     pieces: list[str] = []
-    output = runner._Output(llm.TextPieces(pieces.append))
+    output = runner._Output(text_generation.TextPieces(pieces.append))
     for chunk in (b"a\xe4", b"\xb8", b"\xad\xf0\x9f", b"\x98\x80!\nPyTorch", b"Observer {}\n"):
         output.feed(chunk)
     output.close()
@@ -131,7 +131,7 @@ def exported(directory: Path, found: tokenizer.Tokenizer):
     model = transformers.AutoModelForCausalLM.from_pretrained(directory, local_files_only=True).eval()
     pte = directory / "out" / "model.pte"
     pte.parent.mkdir()
-    pte.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
+    pte.write_bytes(text_generation.lower_decoder(model, SHAPES).to_executorch().buffer)
     copies = tokenizer.copy(found, pte.parent)
     return model, pte, copies[0]
 

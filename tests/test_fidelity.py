@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from coreai_partitioner import llm, verify
+from coreai_partitioner import text_generation, verify
 from coreai_partitioner.verify import fidelity
 
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "fp16_accumulation.txt"
@@ -200,7 +200,7 @@ def test_quality_against_fp32_counts_the_same_top_ones_and_decides_nothing():
 # ---------------------------------------------------------------- lowered decoders (tiny Llama)
 
 
-SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=16)
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=16)
 #: (dtype, scheme) of each export: the dtypes, and a scheme on fp16 (palettize4: k-means of our own, no coreai-opt to
 #: load here).  Every scheme on fp32 is tests/test_quantized_schemes.py's, on its own exports.
 PRECISIONS = {"fp32": (torch.float32, None), "fp16": (torch.float16, None), "fp16 + palettize4": (torch.float16, "palettize4")}
@@ -213,27 +213,27 @@ def tiny_llama(dtype: torch.dtype = torch.float32) -> torch.nn.Module:
 
 
 @pytest.fixture(scope="module")
-def tiny_reference() -> llm.Reference:
-    return llm.check.reference(tiny_llama(), SHAPES)
+def tiny_reference() -> text_generation.Reference:
+    return text_generation.check.reference(tiny_llama(), SHAPES)
 
 
 class Exported:
     """The tiny Llama lowered at one precision: its .pte's logits over the verify tokens, and its eager model."""
 
-    def __init__(self, precision: str, reference: llm.Reference, directory: Path) -> None:
+    def __init__(self, precision: str, reference: text_generation.Reference, directory: Path) -> None:
         from coreai_partitioner import save_pte
 
         self.dtype, self.scheme = PRECISIONS[precision]
         model = tiny_llama(self.dtype)
         held: list = []
-        pte = save_pte(llm.lower_decoder(model, SHAPES, quantize=self.scheme, quantized_reference=held), directory / "model.pte")
+        pte = save_pte(text_generation.lower_decoder(model, SHAPES, quantize=self.scheme, quantized_reference=held), directory / "model.pte")
         self.eager_model = held[0] if held else model  # the quantized eager model, or the model at its dtype
-        self.logits = llm.check.program_logits(pte, reference, SHAPES)
+        self.logits = text_generation.check.program_logits(pte, reference, SHAPES)
         verify.reset_state(pte)
 
-    def judge(self, reference: llm.Reference, eager_model: torch.nn.Module) -> llm.DecoderReport:
-        eager = llm.check.eager_logits(eager_model, reference, SHAPES)
-        return llm.check.judge(self.logits, reference, eager=eager, dtype=self.dtype, quantize=self.scheme)
+    def judge(self, reference: text_generation.Reference, eager_model: torch.nn.Module) -> text_generation.DecoderReport:
+        eager = text_generation.check.eager_logits(eager_model, reference, SHAPES)
+        return text_generation.check.judge(self.logits, reference, eager=eager, dtype=self.dtype, quantize=self.scheme)
 
 
 @pytest.fixture(scope="module", params=list(PRECISIONS))
@@ -260,7 +260,7 @@ def test_a_broken_twins_own_pte_fails_against_the_models_eager_logits(tiny_refer
 
     from coreai_partitioner import save_pte
 
-    pte = save_pte(llm.lower_decoder(broken_twin(tiny_llama(), "SiLU converted as ReLU"), SHAPES), tmp_path / "twin.pte")
-    report = llm.check.check(pte, tiny_reference, SHAPES)
+    pte = save_pte(text_generation.lower_decoder(broken_twin(tiny_llama(), "SiLU converted as ReLU"), SHAPES), tmp_path / "twin.pte")
+    report = text_generation.check.check(pte, tiny_reference, SHAPES)
     assert not report.ok and "SNR" in str(report.signal), report
     assert "the eager model (fp32)" in str(report) and "a report, not a check" in str(report)

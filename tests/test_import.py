@@ -19,7 +19,7 @@ import textwrap
 
 
 #: What a user imports: the package and its public names, the recipes, the LLM path, verify, console.
-USER_IMPORTS = ["coreai_partitioner", "coreai_partitioner.recipes", "coreai_partitioner.llm", "coreai_partitioner.verify",
+USER_IMPORTS = ["coreai_partitioner", "coreai_partitioner.recipes", "coreai_partitioner.text_generation", "coreai_partitioner.verify",
                 "coreai_partitioner.console"]
 if importlib.util.find_spec("optimum") is not None:
     USER_IMPORTS.append("coreai_partitioner.recipes.optimum")

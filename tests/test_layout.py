@@ -15,13 +15,13 @@ PACKAGE = ROOT / "coreai_partitioner"
 #: The stages in the order a record and a model go through them; a module imports only its own stage and the
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
 STAGES = (
-    "root", "records", "backends", "partition", "quantize", "adapters", "lowering", "verify", "seq2seq", "blocks", "decoder", "llm",
-    "vision", "speech", "text2text", "text_encoder", "image_classification", "recipes", "cli",
+    "root", "records", "backends", "partition", "quantize", "adapters", "lowering", "verify", "seq2seq", "blocks", "text_decoder",
+    "text_generation", "image_text_to_text", "speech_recognition", "text2text", "text_encoder", "image_classification", "recipes", "cli",
 )
 
 #: A task's own room: what only it exports.  What two tasks share lives in a stage before them (``blocks/``,
-#: ``decoder/``, ``lowering/``), never in one task's room.
-TASK_ROOMS = ("llm", "vision", "speech", "text2text", "text_encoder", "image_classification")
+#: ``text_decoder/``, ``lowering/``), never in one task's room.
+TASK_ROOMS = ("text_generation", "image_text_to_text", "speech_recognition", "text2text", "text_encoder", "image_classification")
 
 
 def modules() -> dict[str, Path]:
@@ -167,7 +167,7 @@ def test_the_shared_primitives_take_no_family_option():
         taken = set(inspect.signature(primitive.__init__).parameters) - {"self"}
         assert taken == parameters, (
             f"{primitive.__name__} takes {sorted(taken - parameters)} beyond its general math: make the family's "
-            f"quirk a subclass in decoder/families/<family>.py (kind= to Build.attention / Build.moe)"
+            f"quirk a subclass in text_decoder/families/<family>.py (kind= to Build.attention / Build.moe)"
         )
 
 

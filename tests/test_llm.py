@@ -21,7 +21,7 @@ transformers = require("transformers", "hf")
 from executorch.exir import to_edge  # noqa: E402
 from llm_helpers import assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 
-from coreai_partitioner import get_default_compile_config, llm, verify  # noqa: E402
+from coreai_partitioner import get_default_compile_config, text_generation, verify  # noqa: E402
 from coreai_partitioner import blocks  # noqa: E402
 from coreai_partitioner.partition.op_support import OperatorSupport  # noqa: E402
 from coreai_partitioner.lowering.passes import remove_noop_expands  # noqa: E402
@@ -29,52 +29,52 @@ from coreai_partitioner.lowering.passes import NarrowToCoreAIDtypes  # noqa: E40
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.loaded_asset import LoadedAsset  # noqa: E402
 
-SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
-ENUMERATED = llm.DecoderShapes(max_context_len=32, prefill_chunk=8, mode="enumerated")
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
+ENUMERATED = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8, mode="enumerated")
 
 
 # ---------------------------------------------------------------- fast
 
 
 def test_prefill_calls_split_a_prompt_by_the_chunk():
-    calls = llm.prefill_calls(list(range(20)), 3, SHAPES)
+    calls = text_generation.prefill_calls(list(range(20)), 3, SHAPES)
     assert [tokens.shape[1] for tokens, _, _ in calls] == [8, 8, 4]
     assert calls[1][1].tolist() == list(range(11, 19))
 
 
 def test_enumerated_prefill_calls_pad_a_short_chunk_in_front_past_the_context():
-    calls = llm.prefill_calls(list(range(11)), 0, ENUMERATED)
+    calls = text_generation.prefill_calls(list(range(11)), 0, ENUMERATED)
     assert [(tokens.shape[1], used) for tokens, _, used in calls] == [(8, 8), (8, 3)]
     tokens, positions, _ = calls[1]
     assert tokens[0, -3:].tolist() == [8, 9, 10]  # the real tokens last: last-position logits are theirs
     assert positions.tolist() == [32, 33, 34, 35, 36, 8, 9, 10]  # padding at the context and past it
     assert ENUMERATED.input_enumerations() == [{1: [1, 8]}, {0: [1, 8]}]
-    assert not llm.runner_metadata(tiny("llama"), ENUMERATED)["enable_dynamic_shape"]
+    assert not text_generation.runner_metadata(tiny("llama"), ENUMERATED)["enable_dynamic_shape"]
 
 
 def test_a_prompt_longer_than_the_context_is_refused_naming_the_limit():
     with pytest.raises(ValueError, match="context of 32 .max_context_len"):
-        llm.prefill_calls(list(range(30)), 5, SHAPES)
+        text_generation.prefill_calls(list(range(30)), 5, SHAPES)
 
 
 def test_a_call_above_the_prefill_chunk_is_refused_naming_the_limit():
     with pytest.raises(ValueError, match="prefill chunk 8"):
-        llm.check_call(torch.zeros(1, 9, dtype=torch.long), SHAPES)
-    llm.check_call(torch.zeros(1, 8, dtype=torch.long), SHAPES)
+        text_generation.check_call(torch.zeros(1, 9, dtype=torch.long), SHAPES)
+    text_generation.check_call(torch.zeros(1, 8, dtype=torch.long), SHAPES)
 
 
 def test_shapes_refuse_a_chunk_longer_than_the_context():
     with pytest.raises(ValueError, match="prefill_chunk 64 must be between 1 and max_context_len 32"):
-        llm.DecoderShapes(max_context_len=32, prefill_chunk=64)
+        text_generation.DecoderShapes(max_context_len=32, prefill_chunk=64)
 
 
 def test_greedy_decode_refuses_a_prompt_that_does_not_fit_the_context_before_running():
     with pytest.raises(ValueError, match="33 tokens do not fit in the context of 32"):
-        llm.greedy_decode(None, list(range(30)), 4, SHAPES)
+        text_generation.greedy_decode(None, list(range(30)), 4, SHAPES)
 
 
 def test_runner_metadata_has_what_executorchs_llm_runner_reads():
-    metadata = llm.runner_metadata(tiny("llama"), SHAPES)
+    metadata = text_generation.runner_metadata(tiny("llama"), SHAPES)
     assert metadata == {
         "get_max_seq_len": 8,
         "get_max_context_len": 32,
@@ -88,8 +88,8 @@ def test_runner_metadata_has_what_executorchs_llm_runner_reads():
 
 def test_an_unknown_architecture_is_refused_before_any_work_naming_the_families_and_the_way_out():
     model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64))
-    with pytest.raises(llm.UnsupportedModel) as error:
-        llm.lower_decoder(model, SHAPES)
+    with pytest.raises(text_generation.UnsupportedModel) as error:
+        text_generation.lower_decoder(model, SHAPES)
     message = str(error.value)
     assert "model_type 'gpt2'" in message and "llama" in message and "ExternalizeSpec" in message
     assert "\n" not in message
@@ -97,15 +97,15 @@ def test_an_unknown_architecture_is_refused_before_any_work_naming_the_families_
 
 def test_a_context_past_the_models_maximum_is_refused_naming_the_field():
     model = tiny("llama")
-    with pytest.raises(llm.UnsupportedConfig, match=r"llama: config.max_position_embeddings = 256 .* max_context_len 512"):
-        llm.adapt(model, llm.DecoderShapes(max_context_len=512, prefill_chunk=8))
+    with pytest.raises(text_generation.UnsupportedConfig, match=r"llama: config.max_position_embeddings = 256 .* max_context_len 512"):
+        text_generation.adapt(model, text_generation.DecoderShapes(max_context_len=512, prefill_chunk=8))
 
 
 def test_a_rope_type_no_table_can_hold_is_refused_naming_the_field():
     model = tiny("llama")
     model.model.rotary_emb.rope_type = "made_up"  # a RoPE type from a transformers release newer than this adapter
-    with pytest.raises(llm.UnsupportedConfig, match=r"llama: config.rope_parameters\['rope_type'\] = 'made_up' .* one of default"):
-        llm.adapt(model, SHAPES)
+    with pytest.raises(text_generation.UnsupportedConfig, match=r"llama: config.rope_parameters\['rope_type'\] = 'made_up' .* one of default"):
+        text_generation.adapt(model, SHAPES)
 
 
 def test_one_hot_cache_write_equals_index_copy():
@@ -187,7 +187,7 @@ def test_adapted_decoder_prefill_then_decode_equals_hf_eager():
     tokens = prompt_tokens(6)
     with torch.no_grad():
         expected = model(tokens).logits
-        decoder = llm.adapt(model, llm.DecoderShapes(16, 8), full_logits=True)
+        decoder = text_generation.adapt(model, text_generation.DecoderShapes(16, 8), full_logits=True)
         prefill = decoder(tokens[:, :5], torch.arange(5))
         step = decoder(tokens[:, 5:], torch.tensor([5]))
     torch.testing.assert_close(prefill, expected[:, :5], rtol=1e-4, atol=1e-5)
@@ -195,7 +195,7 @@ def test_adapted_decoder_prefill_then_decode_equals_hf_eager():
 
 
 def test_an_adapted_decoder_moves_to_another_dtype_as_any_module_does():
-    decoder = llm.adapt(tiny("llama"), SHAPES).to(torch.float16)  # nn.Module.to goes through every block's _apply
+    decoder = text_generation.adapt(tiny("llama"), SHAPES).to(torch.float16)  # nn.Module.to goes through every block's _apply
     assert {p.dtype for p in decoder.parameters()} == {torch.float16}
 
 
@@ -204,7 +204,7 @@ def test_forward_returns_the_last_positions_logits_by_default():
     tokens = prompt_tokens(6)
     with torch.no_grad():
         expected = model(tokens).logits
-        last = llm.adapt(model, SHAPES)(tokens, torch.arange(6))
+        last = text_generation.adapt(model, SHAPES)(tokens, torch.arange(6))
     assert last.shape == (1, 1, 256)
     torch.testing.assert_close(last, expected[:, -1:], rtol=1e-4, atol=1e-5)
 
@@ -300,8 +300,8 @@ def exported(tmp_path_factory):
             model = tiny(kind, dtype)
             directory = tmp_path_factory.mktemp(f"{kind}-{str(dtype)[6:]}-{shapes.mode}")
             path = directory / "model.pte"
-            path.write_bytes(llm.lower_decoder(model, shapes, full_logits=full_logits).to_executorch().buffer)
-            llm.byte_tokenizer(model.config).save(str(directory / "tokenizer.json"))
+            path.write_bytes(text_generation.lower_decoder(model, shapes, full_logits=full_logits).to_executorch().buffer)
+            text_generation.byte_tokenizer(model.config).save(str(directory / "tokenizer.json"))
             done[key] = model, path
         return done[key]
 
@@ -332,7 +332,7 @@ def test_fp16_pte_prefills_in_one_call_and_generates_hf_greedy_tokens(kind, expo
     assert report.outputs[0].rtol == 1e-2
     report.raise_for_mismatch()
     start = prompt[0, :5].tolist()
-    assert_hf_greedy(llm.greedy_decode(path, start, 8, SHAPES)[5:], model, start, 8)
+    assert_hf_greedy(text_generation.greedy_decode(path, start, 8, SHAPES)[5:], model, start, 8)
 
 
 @pytest.mark.slow
@@ -340,7 +340,7 @@ def test_a_call_above_the_prefill_chunk_is_refused_by_executorchs_runtime(export
     _, path = exported("llama", torch.float32, SHAPES)
     verify.reset_state(path)
     # ExecuTorch will not resize an input past its exported upper bound: InvalidArgument (0x10), no output.
-    # Its message does not name the limit; llm.check_call does (test_a_call_above_the_prefill_chunk_is_refused_naming_the_limit).
+    # Its message does not name the limit; text_generation.check_call does (test_a_call_above_the_prefill_chunk_is_refused_naming_the_limit).
     with pytest.raises(RuntimeError, match=r"set_inputs\(\) for method 'forward' failed with error 0x10"):
         verify.run(path, torch.zeros(1, 9, dtype=torch.long), torch.arange(9))
 
@@ -351,7 +351,7 @@ def runner_tokens(path, prompt: str, new_tokens: int, times: int = 1) -> list[in
     ``times`` > 1 generates again after the runner's ``reset()``, on the same loaded program, and
     returns the last run's tokens.
     """
-    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
+    from executorch.extension.text_generation.runner import GenerationConfig, TextLLMRunner
 
     from coreai_partitioner import load_runtime_backend
 
@@ -374,12 +374,12 @@ def runner_tokens(path, prompt: str, new_tokens: int, times: int = 1) -> list[in
 def test_text_llm_runner_generates_hf_greedy_tokens_from_the_pte(kind, dtype, shapes, exported):
     model, path = exported(kind, dtype, shapes)
     prompt = "Hello, Core AI"  # 14 tokens: past the sliding window of 8
-    ids = llm.byte_tokenizer(model.config).encode(prompt).ids
+    ids = text_generation.byte_tokenizer(model.config).encode(prompt).ids
     got = runner_tokens(path, prompt, 10, times=2 if shapes is SHAPES else 1)  # after reset(), from position 0
     assert_hf_greedy(got, model, ids, len(got))
 
 
-def enumerated_greedy(path, prompt: list[int], new_tokens: int, shapes: llm.DecoderShapes) -> tuple[list[int], torch.Tensor]:
+def enumerated_greedy(path, prompt: list[int], new_tokens: int, shapes: text_generation.DecoderShapes) -> tuple[list[int], torch.Tensor]:
     """Greedy decoding from an enumerated .pte's asset: its T = chunk and T = 1 functions, one shared state.
 
     Returns the tokens and the logits of the first (front-padded) prefill call.
@@ -399,7 +399,7 @@ def enumerated_greedy(path, prompt: list[int], new_tokens: int, shapes: llm.Deco
         return asset(inputs, state)[asset.output_names[-1]]
 
     tokens, first = list(prompt), None
-    for chunk, positions, _ in llm.prefill_calls(prompt, 0, shapes):
+    for chunk, positions, _ in text_generation.prefill_calls(prompt, 0, shapes):
         logits = forward(chunk, positions)
         first = logits if first is None else first
     for _ in range(new_tokens):
@@ -434,7 +434,7 @@ def test_enumerated_pte_has_one_asset_with_t_1_and_t_chunk_sharing_the_weights_a
 def test_enumerated_pte_runs_in_executorchs_runtime(exported):
     model, path = exported("mistral", torch.float32, ENUMERATED)
     start = prompt_tokens(11)[0].tolist()  # one full chunk, then three real tokens padded in front
-    assert_hf_greedy(llm.greedy_decode(path, start, 8, ENUMERATED)[11:], model, start, 8)
+    assert_hf_greedy(text_generation.greedy_decode(path, start, 8, ENUMERATED)[11:], model, start, 8)
 
 
 def test_hf_greedy_tokens_may_differ_only_at_a_tie_to_hfs_second_and_then_follow_hfs_continuation():

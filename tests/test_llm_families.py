@@ -12,7 +12,7 @@ context longer than every sliding window, so a one-call prefill of
 on over it.  Greedy decoding stops where ``generate`` does, at the model's
 own EOS (the ``.pte``'s ``get_eos_ids``), and compares at least
 ``MIN_TOKENS`` tokens.  Adding a family: its file in
-``coreai_partitioner/decoder/families/`` and a row in ``ROWS``.
+``coreai_partitioner/text_decoder/families/`` and a row in ``ROWS``.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ require("transformers", "hf")
 
 from llm_helpers import HOST_IN_CI, ROWS, adapted_and_eager, ci_sample, assert_hf_greedy, prompt_tokens, tiny  # noqa: E402
 
-from coreai_partitioner import llm, verify  # noqa: E402
+from coreai_partitioner import text_generation, verify  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 
-SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=24)
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=24)
 PROMPT = 20
 NEW_TOKENS = 10
 MIN_TOKENS = 8
 
 
 def test_every_family_has_a_row():
-    assert sorted(ROWS) == sorted(llm.supported())
+    assert sorted(ROWS) == sorted(text_generation.supported())
 
 
 @pytest.mark.parametrize("model_type", sorted(ROWS))
@@ -62,7 +62,7 @@ def asset_composites(path) -> Counter:
 def test_pte_keeps_its_composites_and_matches_hf_eager_until_eos(model_type, tmp_path):
     model = tiny(model_type)
     path = tmp_path / "model.pte"
-    path.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
+    path.write_bytes(text_generation.lower_decoder(model, SHAPES).to_executorch().buffer)
     pte = read_pte(path)
     assert [d.method for d in pte.delegates] == ["forward"]
     counts = asset_composites(path)
@@ -77,8 +77,8 @@ def test_pte_keeps_its_composites_and_matches_hf_eager_until_eos(model_type, tmp
 
     start = prompt[0].tolist()
     own = model.generation_config.eos_token_id
-    assert set(llm.eos_ids_of(path)) == ({own} if isinstance(own, int) else set(own))  # the model's EOS, as generate's
-    got = llm.greedy_decode(path, start, NEW_TOKENS, SHAPES)[PROMPT:]  # stops at the .pte's EOS ids
+    assert set(text_generation.eos_ids_of(path)) == ({own} if isinstance(own, int) else set(own))  # the model's EOS, as generate's
+    got = text_generation.greedy_decode(path, start, NEW_TOKENS, SHAPES)[PROMPT:]  # stops at the .pte's EOS ids
     assert len(got) >= MIN_TOKENS, got
     assert_hf_greedy(got, model, start, NEW_TOKENS)  # generate with the model's own EOS
 
@@ -86,7 +86,7 @@ def test_pte_keeps_its_composites_and_matches_hf_eager_until_eos(model_type, tmp
 @pytest.mark.parametrize("model_type", sorted(ROWS))
 def test_the_dry_run_plan_counts_the_composites_the_asset_invokes(model_type):
     # The asset's own count is test_pte_keeps_its_composites_and_matches_hf_eager_until_eos's.
-    counts = llm.plan(llm.tiny_config(model_type), SHAPES).composites
+    counts = text_generation.plan(text_generation.tiny_config(model_type), SHAPES).composites
     assert {name: counts.get(name, 0) for name in ROWS[model_type]} == ROWS[model_type]
 
 
@@ -94,7 +94,7 @@ def wider(model_type: str, **sizes) -> torch.nn.Module:
     """The family's tiny config made wider, so the weights (not the program) are most of the .pte."""
     import transformers
 
-    config = llm.tiny_config(model_type)
+    config = text_generation.tiny_config(model_type)
     for name, value in sizes.items():
         setattr(config, name, value)
     torch.manual_seed(0)
@@ -115,5 +115,5 @@ def test_every_weight_is_stored_once(model_type, sizes, tmp_path):
     weights = sum(p.numel() * p.element_size() for p in {id(p): p for p in model.parameters()}.values())
     assert weights >= 1_000_000
     path = tmp_path / "model.pte"
-    path.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
+    path.write_bytes(text_generation.lower_decoder(model, SHAPES).to_executorch().buffer)
     assert read_pte(path).size <= 1.05 * weights, (read_pte(path).size, weights)

@@ -29,7 +29,7 @@ from coreai_partitioner import (  # noqa: E402
     get_default_compile_config,
     verify,
 )
-from coreai_partitioner import llm as coreai_llm  # noqa: E402
+from coreai_partitioner import text_generation as coreai_llm  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
 from coreai_partitioner.quantize import DECOMPRESS_OP, LUT_OP, QuantizationError, quantize  # noqa: E402

@@ -3,14 +3,14 @@
 The model is the tiny Llama made wider (d 256, MLP 1024, vocab 1024, two
 layers: 2.2M weights, 4.4 MB in fp16, the embedding 12% of them, the Core AI
 program and ExecuTorch's own bytes about 1%), random weights, fp32, lowered once per scheme
-with ``llm.lower_decoder``.  Each scheme's ``.pte`` is:
+with ``text_generation.lower_decoder``.  Each scheme's ``.pte`` is:
 
 - as small as its bits say: at most what the scheme's forms store for the
   weights (:meth:`~coreai_partitioner.quantize.weight_forms.Form.stored_bits`; tables
   and scales in fp32, as this model's dtype) plus the other parameters and
   :data:`FIXED` bytes of program; ``palettize4`` at most 0.30x the fp16 weights;
 - the same composites as the float model (the family's row in ``ROWS``);
-- what ``export-llm --verify`` passes: ``llm.check`` finds its logits within
+- what ``export-llm --verify`` passes: ``text_generation.check`` finds its logits within
   the fp32 runtime's rounding of the quantized eager model's (the program
   ``quantize`` made, before lowering) over the verify tokens, and fails it
   against each broken twin of that eager model (``llm_helpers.TWINS``).
@@ -29,12 +29,12 @@ require("coreai_opt", "quantize")
 from llm_helpers import ROWS, TWINS, broken_twin  # noqa: E402
 from test_llm_families import asset_composites, wider  # noqa: E402
 
-from coreai_partitioner import llm, save_pte  # noqa: E402
+from coreai_partitioner import text_generation, save_pte  # noqa: E402
 from coreai_partitioner.quantize.schemes import SCHEMES, scheme  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
 SIZES = dict(hidden_size=256, intermediate_size=1024, vocab_size=1024)
 #: The .pte's bytes besides the weights: ExecuTorch's own and the Core AI program with its dequantizing ops
 #: (5 kB and 13 kB float at this depth: README, "Quantized weights"), with room.
@@ -48,9 +48,9 @@ class Lowered:
         self.scheme = name
         self.model = wider("llama", **SIZES)
         reference: list = []
-        lowered = llm.lower_decoder(self.model, SHAPES, quantize=name, quantized_reference=reference)
+        lowered = text_generation.lower_decoder(self.model, SHAPES, quantize=name, quantized_reference=reference)
         self.pte = save_pte(lowered, directory / f"{name}.pte")
-        self.eager = llm.reset_state(reference[0])
+        self.eager = text_generation.reset_state(reference[0])
 
 
 _built: dict[str, Lowered] = {}
@@ -103,15 +103,15 @@ def test_each_scheme_keeps_every_composite(lowered):
 
 
 def test_llm_check_passes_each_schemes_pte_against_its_quantized_eager_model_and_fails_its_broken_twins(lowered):
-    reference = llm.check.reference(lowered.model, SHAPES)  # the fp32 model: its tokens, and the quality report
-    eager = llm.check.eager_logits(lowered.eager, reference, SHAPES)
-    logits = llm.check.program_logits(lowered.pte, reference, SHAPES)
-    report = llm.check.judge(logits, reference, eager=eager, quantize=lowered.scheme)
+    reference = text_generation.check.reference(lowered.model, SHAPES)  # the fp32 model: its tokens, and the quality report
+    eager = text_generation.check.eager_logits(lowered.eager, reference, SHAPES)
+    logits = text_generation.check.program_logits(lowered.pte, reference, SHAPES)
+    report = text_generation.check.judge(logits, reference, eager=eager, quantize=lowered.scheme)
     assert report.ok, report
     assert report.picked == report.eager_picked, report  # each step's top-1 is the quantized eager model's
     for twin in TWINS:
-        wrong = llm.check.eager_logits(broken_twin(lowered.eager, twin), reference, SHAPES)
-        report = llm.check.judge(logits, reference, eager=wrong, quantize=lowered.scheme)
+        wrong = text_generation.check.eager_logits(broken_twin(lowered.eager, twin), reference, SHAPES)
+        report = text_generation.check.judge(logits, reference, eager=wrong, quantize=lowered.scheme)
         row = report.signal.outputs[0]
         assert not report.ok and row.snr < row.threshold.snr, (lowered.scheme, twin, str(report))
 
@@ -135,7 +135,7 @@ def test_expanding_a_quantized_eager_models_weights_once_leaves_its_logits_as_th
 
     tokens, positions = torch.arange(3, 3 + SHAPES.prefill_chunk)[None], torch.arange(SHAPES.prefill_chunk)
     with torch.no_grad():
-        expected = llm.reset_state(copy.deepcopy(lowered.eager))(tokens, positions)
-        expanded = expand_weights(llm.reset_state(copy.deepcopy(lowered.eager)))
+        expected = text_generation.reset_state(copy.deepcopy(lowered.eager))(tokens, positions)
+        expanded = expand_weights(text_generation.reset_state(copy.deepcopy(lowered.eager)))
         assert any(n.op == "get_attr" and n.target.endswith("_expanded") for n in expanded.graph.nodes)
         assert torch.equal(expanded(tokens, positions), expected)

@@ -12,7 +12,7 @@ runtime, so CI keeps its fp16 tests tiny).  Each program's answer to a chat
 message, in the checkpoint's chat template as ``--chat`` applies it and
 through ExecuTorch's ``TextLLMRunner``, is Hugging Face ``generate``'s in the
 same dtype (fp32, fp16), PEFT's own with that adapter active and unmerged, or
-keeps the fact (int4).  ``llm.check`` passes the fp32 and fp16 ``.pte``
+keeps the fact (int4).  ``text_generation.check`` passes the fp32 and fp16 ``.pte``
 against the model at their dtype and fails them against its broken twins
 (``llm_helpers.TWINS``, and two middle layers swapped at fp32); the
 quantization schemes' twins are ``tests/test_real_quantized.py``'s and
@@ -52,7 +52,7 @@ from real_adapters import ADAPTERS, BASE_ANSWER, base_answer, peft_answer  # noq
 from real_adapters import NEW_TOKENS as ADAPTER_NEW_TOKENS  # noqa: E402
 from real_adapters import QUESTION as ADAPTER_QUESTION  # noqa: E402
 
-from coreai_partitioner import llm, verify  # noqa: E402
+from coreai_partitioner import text_generation, verify  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -67,8 +67,8 @@ FACT = "Tokyo"
 NEW_TOKENS = 8  # the answer through its end-of-turn token
 #: The chat prompt is 37 tokens: one call of the runner (dynamic shapes), the answer within the context.
 SHAPE_FLAGS = ("--max-context-len", "64", "--prefill-chunk", "48")
-SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=48)
-DEVICE_SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=48, target="device")
+SHAPES = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=48)
+DEVICE_SHAPES = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=48, target="device")
 
 
 # ---------------------------------------------------------------- the package command
@@ -165,7 +165,7 @@ def precision_of(item) -> str | None:
 
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
-#: CI's sample of the precisions llm.check judges here; fp16's row is the benchmark tier's.
+#: CI's sample of the precisions text_generation.check judges here; fp16's row is the benchmark tier's.
 IN_CI = ("fp32",)
 
 
@@ -314,10 +314,10 @@ def test_the_int4_export_passes_verify_against_its_quantized_eager_model_and_ans
     assert re.search(rf"\b{FACT}\b", chat_answer(done.stdout)), done.stdout
 
 
-# ---------------------------------------------------------------- llm.check tells the model from its broken twins
+# ---------------------------------------------------------------- text_generation.check tells the model from its broken twins
 
 
-#: precision -> (dtype of its .pte, the broken twins llm.check must tell from the model there).  Two middle layers
+#: precision -> (dtype of its .pte, the broken twins text_generation.check must tell from the model there).  Two middle layers
 #: swapped are caught at fp32; at fp16 the least SNR the runtime's rounding allows 30 layers at width 1536 (9.4 dB)
 #: lets them pass (docs/verify-and-runtime.md).
 PRECISIONS = {
@@ -344,17 +344,17 @@ def references(real_checkpoint):
     The tokens are export-llm --verify's: a random 8-token prompt and the model's 8 greedy tokens.  fp16 takes
     the prompt's call alone (software fp16: 3.5 s of one core a token).
     """
-    found: dict[str, tuple[llm.Reference, dict[str, torch.Tensor]]] = {}
+    found: dict[str, tuple[text_generation.Reference, dict[str, torch.Tensor]]] = {}
 
-    def of(precision: str) -> tuple[llm.Reference, dict[str, torch.Tensor]]:
+    def of(precision: str) -> tuple[text_generation.Reference, dict[str, torch.Tensor]]:
         if precision not in found:
             dtype, twins = PRECISIONS[precision]
             fp32 = load(real_checkpoint, torch.float32)
-            reference = llm.check.reference(fp32, SHAPES, new_tokens=8 if precision == "fp32" else 1)
+            reference = text_generation.check.reference(fp32, SHAPES, new_tokens=8 if precision == "fp32" else 1)
             model = fp32 if dtype == torch.float32 else load(real_checkpoint, dtype)
-            eager = {"model": llm.check.eager_logits(model, reference, SHAPES)}
+            eager = {"model": text_generation.check.eager_logits(model, reference, SHAPES)}
             for twin in twins:
-                eager[twin] = llm.check.eager_logits(twin_of(model, twin), reference, SHAPES)
+                eager[twin] = text_generation.check.eager_logits(twin_of(model, twin), reference, SHAPES)
             found[precision] = (reference, eager)
         return found[precision]
 
@@ -373,7 +373,7 @@ def program_logits(request, references):
                 pte, shapes = request.getfixturevalue("installed").command.pte, DEVICE_SHAPES
             else:
                 pte, shapes = request.getfixturevalue(f"{precision}_command").wait_for_pte(), SHAPES
-            done[precision] = llm.check.program_logits(pte, references(precision)[0], shapes)
+            done[precision] = text_generation.check.program_logits(pte, references(precision)[0], shapes)
             verify.reset_state(pte)  # the loaded program goes with its state
         return done[precision]
 
@@ -385,10 +385,10 @@ def test_llm_check_passes_the_real_models_pte_and_fails_it_against_its_broken_tw
     dtype, twins = PRECISIONS[precision]
     reference, eager = references(precision)
     logits = program_logits(precision)
-    report = llm.check.judge(logits, reference, eager=eager["model"], dtype=dtype)
+    report = text_generation.check.judge(logits, reference, eager=eager["model"], dtype=dtype)
     assert report.ok, report
     for twin in twins:
-        report = llm.check.judge(logits, reference, eager=eager[twin], dtype=dtype)
+        report = text_generation.check.judge(logits, reference, eager=eager[twin], dtype=dtype)
         row = report.signal.outputs[0]
         assert not report.ok and row.snr < row.threshold.snr, (twin, str(report))
 

@@ -2,17 +2,17 @@
 
 SmolLM2-135M-Instruct (the ``real_checkpoint`` fixture), fp32 activations
 (coreai-core's Linux fp16 is software), exported once per scheme in the host
-form (``llm.lower_decoder``: the runner prefills the whole prompt in one
+form (``text_generation.lower_decoder``: the runner prefills the whole prompt in one
 call), with the quantized eager model it hands back
 (``quantized_reference=``).  Per scheme:
 
-- under ``palettize4``, ``llm.check`` (what ``export-llm --verify`` runs)
+- under ``palettize4``, ``text_generation.check`` (what ``export-llm --verify`` runs)
   passes the ``.pte`` against the quantized eager model and fails it
   against that model with layers 14 and 15 swapped, a twin fp32 SNR could
   not tell at int4 (every scheme's other twins are
   ``tests/test_quantized_schemes.py``'s, on a smaller model);
 - each question goes through the checkpoint's chat template to
-  ``llm.runner.Runner``, ExecuTorch's own ``TextLLMRunner`` over the
+  ``text_generation.runner.Runner``, ExecuTorch's own ``TextLLMRunner`` over the
   ``.pte`` and the checkpoint's ``tokenizer.json`` (loaded once per
   scheme, each question from an empty cache): its answer is the quantized
   eager model's greedy answer, token for token, and names, as a word, what
@@ -44,8 +44,8 @@ require("coreai_opt", "quantize")
 
 from llm_helpers import broken_twin  # noqa: E402
 
-from coreai_partitioner import llm, save_pte, verify  # noqa: E402
-from coreai_partitioner.llm import runner  # noqa: E402
+from coreai_partitioner import text_generation, save_pte, verify  # noqa: E402
+from coreai_partitioner.text_generation import runner  # noqa: E402
 from coreai_partitioner.quantize.weight_forms import expand_weights  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.benchmark]
@@ -57,7 +57,7 @@ QUESTIONS = {
     "What is the chemical symbol for gold?": "Au",
 }
 NEW_TOKENS = 7  # fp32 names each word by its 7th token (Tokyo and Paris 6th, Au 7th)
-SHAPES = llm.DecoderShapes(max_context_len=96, prefill_chunk=64)
+SHAPES = text_generation.DecoderShapes(max_context_len=96, prefill_chunk=64)
 
 
 def names(answer: str, word: str) -> bool:
@@ -124,7 +124,7 @@ def quantized(request, real_checkpoint, tmp_path_factory) -> Quantized:
     directory = tmp_path_factory.mktemp(scheme)
     model = AutoModelForCausalLM.from_pretrained(real_checkpoint, dtype=torch.float32).eval()
     held: list = []
-    path = save_pte(llm.lower_decoder(model, SHAPES, quantize=scheme, quantized_reference=held), directory / "model.pte")
+    path = save_pte(text_generation.lower_decoder(model, SHAPES, quantize=scheme, quantized_reference=held), directory / "model.pte")
     shutil.copy(real_checkpoint / "tokenizer.json", directory / "tokenizer.json")
     return Quantized(scheme, path, runner.Runner(path, directory / "tokenizer.json"), expand_weights(held[0]), {})
 
@@ -138,11 +138,11 @@ def tokenizer(real_checkpoint):
 
 def eager_answer(eager: torch.nn.Module, prompt: list[int], eos: tuple[int, ...]) -> list[int]:
     """The quantized eager model's greedy tokens after ``prompt`` (one call), up to NEW_TOKENS or an EOS id."""
-    model = llm.reset_state(eager)
+    model = text_generation.reset_state(eager)
     with torch.no_grad():
         logits = model(torch.tensor([prompt]), torch.arange(len(prompt)))
         forward = lambda tokens, positions: model(tokens, positions)  # noqa: E731
-        return list(llm.decode_tokens(forward, logits, len(prompt), NEW_TOKENS, eos))
+        return list(text_generation.decode_tokens(forward, logits, len(prompt), NEW_TOKENS, eos))
 
 
 @pytest.mark.parametrize("question", list(QUESTIONS))
@@ -151,7 +151,7 @@ def test_a_quantized_real_model_answers_through_text_llm_runner_as_its_quantized
     quantized, question, chat, tokenizer
 ):
     text, ids = chat[question]
-    wanted = eager_answer(quantized.eager, ids, llm.eos_ids_of(quantized.pte))
+    wanted = eager_answer(quantized.eager, ids, text_generation.eos_ids_of(quantized.pte))
     assert quantized.answer(text, question) == tokenizer.decode(wanted), (question, wanted)
 
 
@@ -165,20 +165,20 @@ def test_a_quantized_real_model_keeps_its_factual_answer_through_text_llm_runner
 
 
 @pytest.fixture(scope="module")
-def reference(fp32_model) -> llm.Reference:
+def reference(fp32_model) -> text_generation.Reference:
     """export-llm --verify's prompt and the fp32 model's greedy tokens, 4 of them (each .pte call of this quantized
     model takes seconds on the Linux runtime), and its logits over them."""
-    return llm.check.reference(fp32_model, SHAPES, new_tokens=4)
+    return text_generation.check.reference(fp32_model, SHAPES, new_tokens=4)
 
 
 @pytest.mark.parametrize("quantized", ["palettize4"], indirect=True, scope="module")
 def test_llm_check_passes_the_real_models_quantized_pte_and_fails_it_with_two_middle_layers_swapped(quantized, reference):
-    logits = llm.check.program_logits(quantized.pte, reference, SHAPES)
+    logits = text_generation.check.program_logits(quantized.pte, reference, SHAPES)
     verify.reset_state(quantized.pte)
-    eager = llm.check.eager_logits(quantized.eager, reference, SHAPES)
-    report = llm.check.judge(logits, reference, eager=eager, quantize=quantized.scheme)
+    eager = text_generation.check.eager_logits(quantized.eager, reference, SHAPES)
+    report = text_generation.check.judge(logits, reference, eager=eager, quantize=quantized.scheme)
     assert report.ok, report
     swapped = broken_twin(quantized.eager, "layers swapped", swap=(14, 15))  # each expanded weight keeps its layer's name
-    report = llm.check.judge(logits, reference, eager=llm.check.eager_logits(swapped, reference, SHAPES), quantize=quantized.scheme)
+    report = text_generation.check.judge(logits, reference, eager=text_generation.check.eager_logits(swapped, reference, SHAPES), quantize=quantized.scheme)
     row = report.signal.outputs[0]
     assert not report.ok and row.snr < row.threshold.snr, str(report)

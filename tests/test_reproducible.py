@@ -60,12 +60,12 @@ BUILD = textwrap.dedent(
     def build_decoder():
         # GQA: coreai-core used to fold the SDPA composite's repeated-head index into a constant named per process.
         from transformers import AutoModelForCausalLM
-        from coreai_partitioner import llm
+        from coreai_partitioner import text_generation
 
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(llm.tiny_config("qwen3")).eval()
-        shapes = llm.DecoderShapes(max_context_len=32, prefill_chunk=8)
-        return bytes(llm.lower_decoder(model, shapes).to_executorch().buffer)
+        model = AutoModelForCausalLM.from_config(text_generation.tiny_config("qwen3")).eval()
+        shapes = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
+        return bytes(text_generation.lower_decoder(model, shapes).to_executorch().buffer)
 
     first, second, int4, decoder = build(), build(), build_int4(), build_decoder()
     print(*(hashlib.sha256(pte).hexdigest() for pte in (first, second, int4, decoder)))

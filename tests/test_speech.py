@@ -1,4 +1,4 @@
-"""Speech recognition (``coreai_partitioner.speech``): Whisper as ``encoder`` and ``text_decoder`` in one .pte.
+"""Speech recognition (``coreai_partitioner.speech_recognition``): Whisper as ``encoder`` and ``text_decoder`` in one .pte.
 
 Real Whisper base (``tests/real_whisper.py``, from the registry packages'
 CTranslate2 model) on the committed recordings (``tests/speech/*.wav``,
@@ -32,12 +32,12 @@ import real_whisper  # noqa: E402
 from llm_helpers import perturb_channels  # noqa: E402
 from device_contract import device_delegate_arguments  # noqa: E402
 
-from coreai_partitioner import save_pte, speech  # noqa: E402
+from coreai_partitioner import save_pte, speech_recognition  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
-from coreai_partitioner.speech import check as speech_check  # noqa: E402
-from coreai_partitioner.speech.device import DeviceTextDecoder  # noqa: E402
-from coreai_partitioner.speech.tiny import tiny_config, tiny_generation_config, tiny_model  # noqa: E402
+from coreai_partitioner.speech_recognition import check as speech_check  # noqa: E402
+from coreai_partitioner.speech_recognition.device import DeviceTextDecoder  # noqa: E402
+from coreai_partitioner.speech_recognition.tiny import tiny_config, tiny_generation_config, tiny_model  # noqa: E402
 from coreai_partitioner.verify import fidelity  # noqa: E402
 
 RECORDINGS = sorted((Path(__file__).parent / "speech").glob("*.wav"))
@@ -59,7 +59,7 @@ def require_whisper_base() -> Path:
 
 def assert_device_contract(path: Path) -> None:
     """What upstream's device runtime requires of every delegate, read off the .pte; every shape static."""
-    for arguments in device_delegate_arguments(path, speech.METHODS).values():
+    for arguments in device_delegate_arguments(path, speech_recognition.METHODS).values():
         assert all(argument.dynamism == "STATIC" for argument in arguments), arguments
 
 
@@ -84,50 +84,50 @@ def test_log_mel_is_whisper_feature_extractors_on_every_recording():
     from transformers import WhisperFeatureExtractor
 
     extractor = WhisperFeatureExtractor(feature_size=80)
-    assert np.array_equal(speech.mel_filters(), extractor.mel_filters)
+    assert np.array_equal(speech_recognition.mel_filters(), extractor.mel_filters)
     for wav in RECORDINGS:
-        audio = speech.read_wav(wav)
+        audio = speech_recognition.read_wav(wav)
         expected = extractor(audio, sampling_rate=16000, return_tensors="pt").input_features
-        torch.testing.assert_close(speech.log_mel(audio), expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(speech_recognition.log_mel(audio), expected, rtol=0, atol=1e-6)
 
 
 def test_feature_settings_round_trip_through_hfs_preprocessor_config(tmp_path):
     from transformers import WhisperFeatureExtractor
 
-    speech.FeatureSettings(n_mels=128).write(tmp_path)
+    speech_recognition.FeatureSettings(n_mels=128).write(tmp_path)
     extractor = WhisperFeatureExtractor.from_pretrained(tmp_path)
     assert (extractor.feature_size, extractor.hop_length, extractor.chunk_length, extractor.n_fft) == (128, 160, 30, 400)
-    assert speech.FeatureSettings.read(tmp_path) == speech.FeatureSettings(n_mels=128)
+    assert speech_recognition.FeatureSettings.read(tmp_path) == speech_recognition.FeatureSettings(n_mels=128)
 
 
 def test_a_recording_not_16_khz_mono_or_longer_than_the_window_is_refused_with_the_fix(tmp_path):
-    with pytest.raises(speech.AudioError, match=r"44100 Hz, 1 channel\(s\); the model takes 16000 Hz mono: convert it: sox"):
-        speech.read_wav(write_wav(tmp_path / "cd.wav", 44100, 1, 0.5))
-    with pytest.raises(speech.AudioError, match=r"16000 Hz, 2 channel\(s\); the model takes 16000 Hz mono"):
-        speech.read_wav(write_wav(tmp_path / "stereo.wav", 16000, 2, 0.5))
-    with pytest.raises(speech.AudioError, match=r"31.0 s; the model's window is 30 s: cut the recording"):
-        speech.read_wav(write_wav(tmp_path / "long.wav", 16000, 1, 31))
+    with pytest.raises(speech_recognition.AudioError, match=r"44100 Hz, 1 channel\(s\); the model takes 16000 Hz mono: convert it: sox"):
+        speech_recognition.read_wav(write_wav(tmp_path / "cd.wav", 44100, 1, 0.5))
+    with pytest.raises(speech_recognition.AudioError, match=r"16000 Hz, 2 channel\(s\); the model takes 16000 Hz mono"):
+        speech_recognition.read_wav(write_wav(tmp_path / "stereo.wav", 16000, 2, 0.5))
+    with pytest.raises(speech_recognition.AudioError, match=r"31.0 s; the model's window is 30 s: cut the recording"):
+        speech_recognition.read_wav(write_wav(tmp_path / "long.wav", 16000, 1, 31))
     (tmp_path / "text.wav").write_text("not a wav")
-    with pytest.raises(speech.AudioError, match="not a PCM wav file"):
-        speech.read_wav(tmp_path / "text.wav")
+    with pytest.raises(speech_recognition.AudioError, match="not a PCM wav file"):
+        speech_recognition.read_wav(tmp_path / "text.wav")
 
 
 def test_decoding_rules_are_generates_english_transcription_prompt_and_suppressions():
     generation = tiny_generation_config(tiny_config())
-    rules = speech.DecodingRules.of(generation)
+    rules = speech_recognition.DecodingRules.of(generation)
     assert rules.prompt == (257, 258, 260, 261)  # <|startoftranscript|><|en|><|transcribe|><|notimestamps|>
     assert rules.eos_ids == (256,) and rules.begin_suppress == (32, 256)
     logits = torch.zeros(262)
     logits[32], logits[5] = 2.0, 1.0
     assert rules.pick(logits, 0) == 5 and rules.pick(logits, 1) == 32  # a space is suppressed at the first token only
-    with pytest.raises(speech.DecodingError, match="language 'fr': the model knows en"):
-        speech.DecodingRules.of(generation, language="fr")
+    with pytest.raises(speech_recognition.DecodingError, match="language 'fr': the model knows en"):
+        speech_recognition.DecodingRules.of(generation, language="fr")
 
 
 @pytest.mark.slow
 def test_device_decoder_reads_no_slot_it_has_not_written():
     model = tiny_model()
-    adapted = speech.adapt(model)
+    adapted = speech_recognition.adapt(model)
     decoder = DeviceTextDecoder(adapted.decoder)
     features = torch.randn(1, 80, 3000, generator=torch.Generator().manual_seed(0))
     ids = [257, 258, 260, 261, 40, 41]
@@ -160,9 +160,9 @@ def test_the_command_refuses_bad_input_before_any_work(tmp_path):
     (llama / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
     with pytest.raises(export.CommandError, match=rf"--checkpoint {llama} is a text-generation checkpoint, not automatic-speech-recognition; export it with"):
         settle("--checkpoint", str(llama))
-    with pytest.raises(speech.AudioError, match="the model takes 16000 Hz mono"):
+    with pytest.raises(speech_recognition.AudioError, match="the model takes 16000 Hz mono"):
         settle("--transcribe", str(write_wav(tmp_path / "cd.wav", 44100, 2, 0.5)))
-    with pytest.raises(speech.AudioError, match="the model's window is 30 s"):
+    with pytest.raises(speech_recognition.AudioError, match="the model's window is 30 s"):
         settle("--transcribe", str(write_wav(tmp_path / "long.wav", 16000, 1, 30.5)))
     with pytest.raises(export.CommandError, match=r"--max-context-len 65: whisper has 64 decoder positions; give 1 to 64"):
         settle("--max-decode-len", "65")
@@ -191,14 +191,14 @@ def test_the_ctranslate2_model_reads_as_212_tensors_and_splits_into_hfs_whisper_
 @pytest.mark.slow
 def test_tiny_whisper_device_pte_gives_hfs_encoder_output_logits_and_greedy_ids(tmp_path):
     model = tiny_model()
-    features = speech.log_mel(speech.read_wav(RECORDINGS[0]))
+    features = speech_recognition.log_mel(speech_recognition.read_wav(RECORDINGS[0]))
     reference = speech_check.reference(model, features, max_new_tokens=TINY_TOKENS)
     assert len(set(reference.ids)) > 2  # a random model whose tokens vary, so a wrong cache shows
-    path = save_pte(speech.lower_speech(model, target="device"), tmp_path / "model.pte")
+    path = save_pte(speech_recognition.lower_speech(model, target="device"), tmp_path / "model.pte")
     assert_device_contract(path)
     # Both functions' composites: the encoder's 2 + 2 layers' LayerNorms and attentions, the decoder's self and cross.
     assert asset_composites(path) == Counter({"layer_norm": 5 + 7, "scaled_dot_product_attention": 2 + 4})
-    program = speech.SpeechProgram(path)
+    program = speech_recognition.SpeechProgram(path)
     for _ in range(2):  # a second utterance starts at position 0 over what the first left in the caches
         speech_check.check(program, reference, max_new_tokens=TINY_TOKENS).raise_for_mismatch()
     # A conversion that gets one weight wrong: the right .pte against a twin whose last encoder (decoder) layer's
@@ -214,12 +214,12 @@ def test_tiny_whisper_device_pte_gives_hfs_encoder_output_logits_and_greedy_ids(
 
 def test_an_fp32_encoder_under_an_fp16_decoder_is_verified_against_hf_run_at_those_dtypes(tmp_path, capsys):
     """``export --dtype fp16 --encoder-dtype fp32``: the encoder and the cross-attention key and value projections
-    in fp32 (``speech.at_precision``), the rest in fp16; ``encoder``'s output rounded once to fp16, the dtype
+    in fp32 (``speech_recognition.at_precision``), the rest in fp16; ``encoder``'s output rounded once to fp16, the dtype
     ``text_decoder`` takes; ``--verify`` against Hugging Face's own forward of the model at those dtypes."""
     from coreai_partitioner.cli import export
     from coreai_partitioner.cli.tasks import automatic_speech_recognition as asr
 
-    model = speech.at_precision(tiny_model(), torch.float16, encoder_dtype=torch.float32)
+    model = speech_recognition.at_precision(tiny_model(), torch.float16, encoder_dtype=torch.float32)
     cross_attention = model.model.decoder.layers[0].encoder_attn
     assert {p.dtype for p in model.model.encoder.parameters()} == {cross_attention.k_proj.weight.dtype} == {torch.float32}
     assert cross_attention.q_proj.weight.dtype == model.proj_out.weight.dtype == torch.float16
@@ -231,8 +231,8 @@ def test_an_fp32_encoder_under_an_fp16_decoder_is_verified_against_hf_run_at_tho
     assert "2 + 2 layers, fp16, encoder fp32, device form" in printed and "both of the fp16, encoder fp32 model:" in printed
     assert printed.count(" ok\n") == 2  # the encoder's output and the logits, by SNR
     assert_device_contract(out)
-    features = speech.log_mel(speech.read_wav(RECORDINGS[0]))
-    cross = speech.SpeechProgram(out).encoder(features)
+    features = speech_recognition.log_mel(speech_recognition.read_wav(RECORDINGS[0]))
+    cross = speech_recognition.SpeechProgram(out).encoder(features)
     assert cross.dtype == torch.float16
     # Computed in fp32 and rounded once: far closer to the fp32 model's than fp16's tolerance asks (17.5 dB).
     reference = speech_check.reference(tiny_model(), features, max_new_tokens=1)
@@ -274,7 +274,7 @@ def hf_greedy(whisper_base) -> dict[str, dict]:
     model = WhisperForConditionalGeneration.from_pretrained(whisper_base).eval()
     found = {}
     for wav in RECORDINGS:
-        features = processor(speech.read_wav(wav), sampling_rate=16000, return_tensors="pt").input_features
+        features = processor(speech_recognition.read_wav(wav), sampling_rate=16000, return_tensors="pt").input_features
         with torch.no_grad():
             ids = model.generate(features, language="en", task="transcribe")[0].tolist()
         found[wav.stem] = {"features": features, "ids": ids, "text": processor.decode(ids, skip_special_tokens=True).strip()}
@@ -296,19 +296,19 @@ def device_run(whisper_base, hf_greedy, tmp_path_factory) -> dict:
     """The device form, end to end on every recording as the ASR runner runs it: ``encoder``, then
     ``text_decoder`` a token a call in the same loaded program."""
     path = exported(whisper_base, "device", tmp_path_factory.mktemp("device"))
-    program = speech.SpeechProgram(path)
-    rules = speech.DecodingRules.read(path.parent)
+    program = speech_recognition.SpeechProgram(path)
+    rules = speech_recognition.DecodingRules.read(path.parent)
     found = {"path": path}
     for stem, expected in hf_greedy.items():
         cross = program.encoder(expected["features"])
-        found[stem] = {"cross": cross, "decoded": speech.decode(program.text_decoder, cross, rules, max_decode_len=program.max_decode_len)}
+        found[stem] = {"cross": cross, "decoded": speech_recognition.decode(program.text_decoder, cross, rules, max_decode_len=program.max_decode_len)}
     return found
 
 
 @pytest.mark.slow
 def test_whisper_base_made_from_the_ctranslate2_model_transcribes_the_recordings_in_hf(hf_greedy):
     for stem, found in hf_greedy.items():
-        assert speech.word_error_rate(SPOKEN[stem], found["text"]) <= 0.3, (stem, found["text"])
+        assert speech_recognition.word_error_rate(SPOKEN[stem], found["text"]) <= 0.3, (stem, found["text"])
     assert hf_greedy["library"]["text"] == SPOKEN["library"]
 
 
@@ -326,13 +326,13 @@ def test_whisper_base_host_pte_gives_hf_greedy_ids_on_every_recording(whisper_ba
     recording and must give the device form's output bit for bit; ``text_decoder`` (the caches as Core AI
     state) then decodes every recording from the encoder outputs the device form's run gave."""
     path = exported(whisper_base, "host", tmp_path_factory.mktemp("host"))
-    program = speech.SpeechProgram(path)
-    rules = speech.DecodingRules.read(path.parent)
+    program = speech_recognition.SpeechProgram(path)
+    rules = speech_recognition.DecodingRules.read(path.parent)
     assert rules.prompt == (50258, 50259, 50359, 50363) and len(rules.suppress) == 88
     first = RECORDINGS[0].stem
     assert torch.equal(program.encoder(hf_greedy[first]["features"]), device_run[first]["cross"])
     for stem, expected in hf_greedy.items():
-        decoded = speech.decode(program.text_decoder, device_run[stem]["cross"], rules, max_decode_len=program.max_decode_len)
+        decoded = speech_recognition.decode(program.text_decoder, device_run[stem]["cross"], rules, max_decode_len=program.max_decode_len)
         assert decoded.ended and decoded.ids == expected["ids"], (stem, decoded.ids, expected["text"])
         assert program.text(decoded.ids) == expected["text"]
 
@@ -344,4 +344,4 @@ def test_whisper_base_host_pte_gives_hf_greedy_ids_on_every_recording(whisper_ba
         "generation_config.json", "model.pte", "preprocessor_config.json", "tokenizer.json", "tokenizer_config.json"
     ]
     assert program.constant("get_eos_ids") == 50257 and program.constant("decoder_start_token_id") == 50258
-    assert program.settings == speech.FeatureSettings(n_mels=80)
+    assert program.settings == speech_recognition.FeatureSettings(n_mels=80)

@@ -86,7 +86,7 @@ def test_a_float_bias_through_the_sdpa_composites_boolean_mask_is_an_additive_ma
 
 @pytest.mark.parametrize("name", ["t5", "flan-t5"])
 def test_the_adapted_modules_are_hfs_encoder_and_logits_and_the_device_step_reads_no_unwritten_slot(name):
-    from coreai_partitioner.decoder.device import DeviceTextDecoder
+    from coreai_partitioner.text_decoder.device import DeviceTextDecoder
 
     model = tiny_model(name)
     adapted = text2text.adapt(model, max_decode_len=MAX_DECODE_LEN, max_input_len=MAX_INPUT_LEN)
@@ -201,7 +201,7 @@ def t5_tokenizer(directory: Path) -> Path:
 
 
 def test_the_runner_reads_t5s_spiece_model_and_not_its_unigram_tokenizer_json(tmp_path):
-    from coreai_partitioner.decoder import tokenizer
+    from coreai_partitioner.text_decoder import tokenizer
 
     t5_tokenizer(tmp_path)
     assert json.loads((tmp_path / "tokenizer.json").read_text())["model"]["type"] == "Unigram"

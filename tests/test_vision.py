@@ -1,4 +1,4 @@
-"""Vision-language models (``coreai_partitioner.vision``): one ``.pte`` that ExecuTorch's ``MultimodalRunner`` runs.
+"""Vision-language models (``coreai_partitioner.image_text_to_text``): one ``.pte`` that ExecuTorch's ``MultimodalRunner`` runs.
 
 Each family's tiny random model (2 tower layers, 2 decoder layers; the
 decoder widened so its weights are most of the ``.pte``) gets a prompt from
@@ -25,14 +25,14 @@ require("transformers", "hf")
 
 from llm_helpers import assert_hf_greedy, ci_sample, perturb_channels  # noqa: E402
 
-from coreai_partitioner import llm, save_pte, verify, vision  # noqa: E402
+from coreai_partitioner import text_generation, save_pte, verify, image_text_to_text  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.asset_ir import asset_ir, summarize_ir  # noqa: E402
 from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte  # noqa: E402
-from coreai_partitioner.vision import check, run  # noqa: E402
+from coreai_partitioner.image_text_to_text import check, run  # noqa: E402
 
-SHAPES = llm.DecoderShapes(max_context_len=64, prefill_chunk=16)
+SHAPES = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=16)
 #: The device form: text_decoder's S (and token_embedding's n) bounded-dynamic up to 16, within Gemma 3's window.
-DEVICE = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device")
+DEVICE = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device")
 FORMS = {"host": SHAPES, "device": DEVICE}
 NEW_TOKENS = 8
 #: Where each family's processor takes the image in the prompt.
@@ -54,7 +54,7 @@ def tiny_vlm(model_type: str, dtype: torch.dtype = torch.float32):
     """The family's tiny random model, the decoder 256 wide, eager attention, every parameter random."""
     import transformers
 
-    config = vision.tiny_config(model_type)
+    config = image_text_to_text.tiny_config(model_type)
     config.get_text_config().hidden_size = 256
     config.get_text_config().intermediate_size = 512
     torch.manual_seed(0)
@@ -78,11 +78,11 @@ class Exported:
     def __init__(self, model_type: str, form: str, directory) -> None:
         self.model_type, self.form, self.shapes = model_type, form, FORMS[form]
         self.model = tiny_vlm(model_type)
-        self.processor = vision.family_of(self.model.config).tiny_processor(self.model.config)
+        self.processor = image_text_to_text.family_of(self.model.config).tiny_processor(self.model.config)
         self.processed = prompt(model_type, self.processor)
-        self.vlm = vision.adapt(self.model, self.shapes)
+        self.vlm = image_text_to_text.adapt(self.model, self.shapes)
         self.segments = run.runner_inputs(self.processed, self.vlm.image_token_id, self.vlm.image_tokens)
-        self.path = save_pte(vision.lower_vlm(self.model, self.shapes, vlm=self.vlm), directory / "model.pte")
+        self.path = save_pte(image_text_to_text.lower_vlm(self.model, self.shapes, vlm=self.vlm), directory / "model.pte")
         self.tokenizer = directory / "tokenizer.json"
         self.processor.tokenizer.backend_tokenizer.save(str(self.tokenizer))
 
@@ -126,8 +126,8 @@ def device_exported(request, tmp_path_factory):
 @pytest.mark.parametrize("model_type", sorted(PLACEHOLDER))
 def test_each_familys_methods_fed_segment_by_segment_are_hf_eager(model_type):
     model = tiny_vlm(model_type)
-    processed = prompt(model_type, vision.family_of(model.config).tiny_processor(model.config))
-    vlm = vision.adapt(model, SHAPES)
+    processed = prompt(model_type, image_text_to_text.family_of(model.config).tiny_processor(model.config))
+    vlm = image_text_to_text.adapt(model, SHAPES)
     reference = check.reference(model, processed, vlm.image_token_id, vlm.image_tokens)
     report = check.check(vlm, reference)
     assert report.ok, report
@@ -143,8 +143,8 @@ def test_verify_fails_the_methods_against_a_twin_with_one_perturbed_weight(part)
     """A conversion that gets one weight wrong: the right methods judged against a twin whose last tower (or
     decoder) layer's MLP output projection has each channel scaled in [0, 2] must fail the check."""
     model = tiny_vlm("idefics3")
-    processed = prompt("idefics3", vision.family_of(model.config).tiny_processor(model.config))
-    vlm = vision.adapt(model, SHAPES)
+    processed = prompt("idefics3", image_text_to_text.family_of(model.config).tiny_processor(model.config))
+    vlm = image_text_to_text.adapt(model, SHAPES)
     twin = tiny_vlm("idefics3")
     weight = {"tower": "vision_model.encoder.layers.1.mlp.fc2.weight", "decoder": "text_model.layers.1.mlp.down_proj.weight"}
     perturb_channels(twin.model.get_parameter(weight[part]))
@@ -154,8 +154,8 @@ def test_verify_fails_the_methods_against_a_twin_with_one_perturbed_weight(part)
 
 def test_gemma3_image_tokens_attend_each_other_both_ways_as_hf_token_type_ids_make_them():
     model = tiny_vlm("gemma3")
-    processed = prompt("gemma3", vision.family_of(model.config).tiny_processor(model.config))
-    vlm = vision.adapt(model, SHAPES)
+    processed = prompt("gemma3", image_text_to_text.family_of(model.config).tiny_processor(model.config))
+    vlm = image_text_to_text.adapt(model, SHAPES)
     segments = run.runner_inputs(processed, vlm.image_token_id, vlm.image_tokens)
     methods = run.Methods.of(vlm)
     position = 0
@@ -175,9 +175,9 @@ def test_gemma3_image_tokens_attend_each_other_both_ways_as_hf_token_type_ids_ma
 
 def test_idefics3_tiles_are_a_runner_image_input_each_with_the_processors_text_between():
     model = tiny_vlm("idefics3")
-    processor = vision.family_of(model.config).tiny_processor(model.config)
+    processor = image_text_to_text.family_of(model.config).tiny_processor(model.config)
     processed = prompt("idefics3", processor)
-    segments = run.runner_inputs(processed, model.config.image_token_id, vision.family_of(model.config).image_tokens(model.config))
+    segments = run.runner_inputs(processed, model.config.image_token_id, image_text_to_text.family_of(model.config).image_tokens(model.config))
     texts = [processor.tokenizer.decode(list(s.tokens)) for s in segments if not s.is_image]
     assert [s.is_image for s in segments] == [False, True] * 5 + [False]  # 2x2 tiles, then the global view
     assert texts == [
@@ -194,40 +194,40 @@ def test_idefics3_tiles_are_a_runner_image_input_each_with_the_processors_text_b
 
 
 def test_a_checkpoint_without_a_vision_config_is_refused_naming_the_text_path():
-    with pytest.raises(vision.UnsupportedVisionModel, match=r"llama: the checkpoint has no vision_config.*export it as text generation"):
-        vision.check_config(llm.tiny_config("llama"), SHAPES)
+    with pytest.raises(image_text_to_text.UnsupportedVisionModel, match=r"llama: the checkpoint has no vision_config.*export it as text generation"):
+        image_text_to_text.check_config(text_generation.tiny_config("llama"), SHAPES)
 
 
 def test_a_vision_model_no_family_adapts_is_refused_naming_the_families():
     from transformers import PaliGemmaConfig
 
-    with pytest.raises(vision.UnsupportedVisionModel, match=r"model_type 'paligemma': .*families: gemma3, idefics3, llava, smolvlm"):
-        vision.check_config(PaliGemmaConfig(), SHAPES)
+    with pytest.raises(image_text_to_text.UnsupportedVisionModel, match=r"model_type 'paligemma': .*families: gemma3, idefics3, llava, smolvlm"):
+        image_text_to_text.check_config(PaliGemmaConfig(), SHAPES)
 
 
 def test_an_image_of_more_tokens_than_one_decoder_call_takes_is_refused_with_the_bound_to_give():
-    config = vision.tiny_config("llava")  # 16 image tokens
-    with pytest.raises(vision.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --prefill-chunk 16 or more"):
-        vision.check_config(config, llm.DecoderShapes(max_context_len=64, prefill_chunk=8))
+    config = image_text_to_text.tiny_config("llava")  # 16 image tokens
+    with pytest.raises(image_text_to_text.ImageTokensOverBound, match=r"llava: one image is 16 embeddings.*at most 8 a call; export with --prefill-chunk 16 or more"):
+        image_text_to_text.check_config(config, text_generation.DecoderShapes(max_context_len=64, prefill_chunk=8))
 
 
 def test_an_image_of_the_wrong_size_is_refused_naming_the_size_the_encoder_takes():
-    with pytest.raises(vision.UnsupportedImage, match=r"shape \(3, 48, 32\): the vision encoder was exported for \[3, 32, 32\].*resize it to 32x32"):
+    with pytest.raises(image_text_to_text.UnsupportedImage, match=r"shape \(3, 48, 32\): the vision encoder was exported for \[3, 32, 32\].*resize it to 32x32"):
         run.check_image(torch.zeros(3, 48, 32), (32, 32))
     run.check_image(torch.zeros(1, 3, 32, 32), (32, 32))
 
 
 def test_a_gemma3_image_longer_than_its_sliding_window_is_refused_in_the_device_form_naming_the_vlm_commands_flags(tmp_path):
-    from coreai_partitioner.decoder.device import UnsupportedDevice
+    from coreai_partitioner.text_decoder.device import UnsupportedDevice
 
-    config = vision.tiny_config("gemma3")  # an image of 4 tokens
+    config = image_text_to_text.tiny_config("gemma3")  # an image of 4 tokens
     config.get_text_config().sliding_window = 3
     import transformers
 
     model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").eval()
     with pytest.raises(UnsupportedDevice, match=r"one image is 4 embeddings.*smallest sliding window \(3\).*no --prefill-chunk fits both: export it in the host form \(--target host\)"):
-        vision.adapt(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=4, target="device"))
-    vision.adapt(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=4))  # the host form takes it
+        image_text_to_text.adapt(model, text_generation.DecoderShapes(max_context_len=64, prefill_chunk=4, target="device"))
+    image_text_to_text.adapt(model, text_generation.DecoderShapes(max_context_len=64, prefill_chunk=4))  # the host form takes it
     # The command refuses it from the config, before loading any weights, for every --prefill-chunk.
     (tmp_path / "gemma3").mkdir()
     config.save_pretrained(tmp_path / "gemma3")
@@ -250,11 +250,11 @@ def test_multimodal_runner_on_the_pte_generates_hf_generates_greedy_tokens(expor
 @pytest.mark.slow
 def test_the_ptes_methods_are_the_runners_each_a_function_of_one_asset_storing_the_weights_once(exported):
     pte = read_pte(exported.path)
-    assert set(vision.METHODS) <= set(pte.methods)
+    assert set(image_text_to_text.METHODS) <= set(pte.methods)
     assert {"get_max_seq_len", "get_max_context_len", "use_kv_cache", "get_eos_ids"} <= set(pte.methods)
     delegates = pte.coreai_delegates()
-    assert sorted(d.method for d in delegates) == sorted(vision.METHODS)  # one delegate per method
-    assert {d.manifest["function"] for d in delegates} == set(vision.METHODS)
+    assert sorted(d.method for d in delegates) == sorted(image_text_to_text.METHODS)  # one delegate per method
+    assert {d.manifest["function"] for d in delegates} == set(image_text_to_text.METHODS)
     assert len({d.manifest["hash"] for d in delegates}) == 1
     assert pte.size <= 1.05 * exported.weights, (pte.size, exported.weights)
 
@@ -266,14 +266,14 @@ def test_the_device_pte_keeps_the_stock_runtimes_contract_read_off_the_pte(devic
     from device_contract import device_delegate_arguments
 
     exported = device_exported
-    assert {d.method for d in read_pte(exported.path).delegates} == set(vision.METHODS)
+    assert {d.method for d in read_pte(exported.path).delegates} == set(image_text_to_text.METHODS)
     chunk, width = DEVICE.prefill_chunk, exported.vlm.width
     bounded = {
         "vision_encoder": set(),
         "token_embedding": {(1, chunk), (1, chunk, width)},
         "text_decoder": {(1, chunk, width), (chunk,)},  # embeddings and positions in, the caches' new rows out
     }
-    for method, arguments in device_delegate_arguments(exported.path, vision.METHODS).items():
+    for method, arguments in device_delegate_arguments(exported.path, image_text_to_text.METHODS).items():
         dynamic = {a.sizes for a in arguments if a.dynamism == "DYNAMIC_BOUND"}
         assert bounded[method] <= dynamic and all(chunk in sizes for sizes in dynamic), (method, dynamic)
     metadata = {name: verify.run(exported.path, method=name)[0] for name in ("get_max_seq_len", "enable_dynamic_shape")}
@@ -312,7 +312,7 @@ def export_command(*argv: str) -> tuple[int, str, str]:
 
 def test_the_command_refuses_bad_input_before_any_export_work_and_leaves_nothing(tmp_path):
     text_only = tmp_path / "text-only"
-    llm.tiny_config("llama").save_pretrained(text_only)
+    text_generation.tiny_config("llama").save_pretrained(text_only)
     out = tmp_path / "out" / "model.pte"
     status, _, err = export_command("--task", "image-text-to-text", "--checkpoint", str(text_only), "--out", str(out))
     assert status == 1 and "llama: the checkpoint has no vision_config" in err and "export it as text generation" in err
@@ -328,7 +328,7 @@ def test_the_command_refuses_bad_input_before_any_export_work_and_leaves_nothing
 
 def test_the_command_routes_a_vision_checkpoint_to_the_vision_exporter_and_dry_runs_it(tmp_path):
     checkpoint = tmp_path / "gemma3"
-    vision.tiny_config("gemma3").save_pretrained(checkpoint)
+    image_text_to_text.tiny_config("gemma3").save_pretrained(checkpoint)
     status, out, err = export_command("--checkpoint", str(checkpoint), "--no-tokenizer", "--dry-run", "--out", str(tmp_path / "m.pte"))
     assert status == 0, err
     assert "vision_encoder(pixels [1, 3, 32, 32]) -> [1, 4, D]" in out and "a gemma3_text decoder of 2 layer(s)" in out
@@ -349,14 +349,14 @@ def test_the_command_exports_the_device_form_in_fp16_quantized_verifies_it_and_w
     preprocessor = json.loads((out.parent / "preprocessor_config.json").read_text())
     assert preprocessor["max_image_size"] == {"longest_edge": 32} and len(preprocessor["image_mean"]) == 3
     pte = read_pte(out)
-    assert set(vision.METHODS) <= set(pte.methods) and len({d.manifest["hash"] for d in pte.coreai_delegates()}) == 1
+    assert set(image_text_to_text.METHODS) <= set(pte.methods) and len({d.manifest["hash"] for d in pte.coreai_delegates()}) == 1
     assert {d.backend_id for d in pte.delegates} == {"CoreAIBackend"}
 
 
 def test_a_scheme_applies_to_the_tower_where_its_shapes_fit_and_says_where_they_do_not():
-    from coreai_partitioner.vision.export import tower_kept_float
+    from coreai_partitioner.image_text_to_text.export import tower_kept_float
 
-    vlm = vision.adapt(tiny_vlm("llava"), SHAPES)
+    vlm = image_text_to_text.adapt(tiny_vlm("llava"), SHAPES)
     table = "tower.embeddings.position_embedding"  # added whole to the patches, not looked up: float under every scheme
     with pytest.warns(UserWarning, match=r"llava: the int4 scheme cannot store 1 layer\(s\) of the vision tower and projector, kept float: tower.embeddings.conv"):
         assert tower_kept_float(vlm, "int4") == ["tower.embeddings.conv", table]  # a patch convolution over 3 channels
@@ -396,13 +396,13 @@ def test_optimum_executorchs_multimodal_model_exports_with_the_coreai_recipe_and
 
 
 def test_the_device_form_refuses_the_static_layout_and_a_call_longer_than_a_sliding_window(tmp_path):
-    from coreai_partitioner.decoder.device import UnsupportedDevice
+    from coreai_partitioner.text_decoder.device import UnsupportedDevice
 
-    static = llm.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device", device_shapes="static")
-    with pytest.raises(llm.UnsupportedShapes, match="MultimodalRunner calls text_decoder with each segment's own length"):
-        vision.check_config(vision.tiny_config("llava"), static)
+    static = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=16, target="device", device_shapes="static")
+    with pytest.raises(text_generation.UnsupportedShapes, match="MultimodalRunner calls text_decoder with each segment's own length"):
+        image_text_to_text.check_config(image_text_to_text.tiny_config("llava"), static)
     model = tiny_vlm("gemma3")  # sliding window 16, an image of 4 tokens
     with pytest.raises(UnsupportedDevice, match=r"--prefill-chunk 32 is longer than its smallest window \(16\); export with --prefill-chunk 16 or less"):
-        vision.lower_vlm(model, llm.DecoderShapes(max_context_len=64, prefill_chunk=32, target="device"))
+        image_text_to_text.lower_vlm(model, text_generation.DecoderShapes(max_context_len=64, prefill_chunk=32, target="device"))
     status, out, err = export_command("--config", "gemma3", "--target", "device", "--dry-run", "--out", str(tmp_path / "m.pte"))
     assert status == 0 and "S 1..16" in out, err  # the command bounds S by the window

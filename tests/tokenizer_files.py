@@ -88,11 +88,11 @@ def checkpoint(directory: Path, kind: str | None, **tokenizer_options) -> tuple[
     """A tiny Llama checkpoint saved with ``save_pretrained`` and a tokenizer of ``kind`` (``None``: none)."""
     import transformers
 
-    from coreai_partitioner import llm
+    from coreai_partitioner import text_generation
 
     directory.mkdir(parents=True, exist_ok=True)
     info = MAKERS[kind](directory / FILE_NAMES[kind], **tokenizer_options) if kind else {"vocab": 256, "bos": 1, "eos": 2}
-    config = llm.tiny_config("llama")
+    config = text_generation.tiny_config("llama")
     config.vocab_size, config.bos_token_id, config.eos_token_id, config.pad_token_id = info["vocab"], info["bos"], info["eos"], None
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(directory)

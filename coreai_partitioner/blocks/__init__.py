@@ -22,7 +22,7 @@ composites where the math is the composite's:
 
 Each holds the general math.  A family whose math differs (an output gate,
 soft-capped logits, interleaved experts) subclasses or composes one of these
-in its own file under :mod:`coreai_partitioner.decoder.families`; a primitive
+in its own file under :mod:`coreai_partitioner.text_decoder.families`; a primitive
 grows no option for one family.
 """
 

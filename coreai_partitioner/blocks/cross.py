@@ -114,7 +114,7 @@ class CrossDecoder(nn.Module):
     The self-attention caches are buffers of its layers' attention,
     ``max_decode_len`` slots each; the host form lowers them as the
     delegate's state, the device form
-    (:class:`~coreai_partitioner.decoder.device.DeviceTextDecoder`) keeps them
+    (:class:`~coreai_partitioner.text_decoder.device.DeviceTextDecoder`) keeps them
     ExecuTorch's.  A model's decoder gives :meth:`run`: its embedding, then
     :func:`decode_layers`, its norm and its head.
     """

@@ -5,7 +5,7 @@ and sin per table, the attention masks and the KV cache write plans, each
 made once (:meth:`Step.memoized`).  It also decides how a cache is read and
 written (:meth:`Step.full_cache`, :meth:`Step.ring_cache`): the host form's
 caches are the delegate's state, written in place; the device form's step
-(:class:`~coreai_partitioner.decoder.device.DeviceStep`) reads them whole and
+(:class:`~coreai_partitioner.text_decoder.device.DeviceStep`) reads them whole and
 writes the new rows outside the delegate.
 """
 

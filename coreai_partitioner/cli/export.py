@@ -135,7 +135,7 @@ def model_config(task: Task, args: argparse.Namespace) -> Any:
 def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
     """The checkpoint's tokenizer, checked as ExecuTorch's runner loads it, before any export work; ``None`` for a tiny
     model, under ``--no-tokenizer``, or (with a warning) where a task that takes ``--no-tokenizer`` finds none."""
-    from coreai_partitioner.decoder import tokenizer
+    from coreai_partitioner.text_decoder import tokenizer
 
     if not args.checkpoint or getattr(args, "no_tokenizer", False):
         return None

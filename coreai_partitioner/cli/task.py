@@ -153,7 +153,7 @@ def host_form_only(name: str, args: argparse.Namespace) -> None:
 
 def first_layers(config: Any, args: argparse.Namespace) -> Any:
     """``config`` cut to its text decoder's first ``--num-layers`` layers (as it is without the flag)."""
-    from coreai_partitioner.decoder import first_layers as cut
+    from coreai_partitioner.text_decoder import first_layers as cut
 
     if args.num_layers is None:
         return config

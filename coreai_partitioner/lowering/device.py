@@ -5,7 +5,7 @@ registers ``CoreAIBackend``, runs one asset ``function`` per delegate, passes
 each input with the shape it has (``borrow_inputs``), resizes each output to
 the shape Core AI returns (``copy_outputs``), takes only fp16/fp32 tensors in
 the default dim order and refuses Core AI state.  A program lowered for it
-(an LLM's device form, :mod:`coreai_partitioner.decoder.device`; a
+(an LLM's device form, :mod:`coreai_partitioner.text_decoder.device`; a
 vision-language model's or a speech model's methods) keeps its caches as
 ExecuTorch's mutable buffers (:func:`executorch_config`), carries the id the
 runtime registers (:func:`relabel_backend`), and is read back against these

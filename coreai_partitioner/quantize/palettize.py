@@ -20,7 +20,7 @@ whose tables fit worst (largest relative squared error), up to
 ``scheme.promoted_share`` of those weights.
 
 The program is rewritten, not re-exported (:func:`~.program_weights.replace_weights`),
-so it may be the decomposed program ``lower`` and ``llm.lower_decoder``
+so it may be the decomposed program ``lower`` and ``text_generation.lower_decoder``
 export in one trace, and whatever form it was lowered for.
 """
 

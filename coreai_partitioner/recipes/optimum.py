@@ -16,14 +16,14 @@ does with the recipe registered first (optimum-cli cannot discover a recipe
 outside its package).
 
 A recipe takes optimum's ``CausalLMExportableModule`` and lowers its
-Hugging Face model with :func:`coreai_partitioner.llm.lower_decoder`: one
+Hugging Face model with :func:`coreai_partitioner.text_generation.lower_decoder`: one
 Core AI delegate with the composites, the caches as its state, and
 ExecuTorch's runner metadata.  ``forward(input_ids [1, T], cache_position [T])``
 returns the last position's logits, which optimum's ``generate`` reads
 (``argmax(logits)[0, -1]``).  The context is optimum's ``max_seq_len``, and
 one call takes a prompt that long (optimum prefills in one call when the
 method's second input takes more than one position).  ``coreai_device``
-exports the device form (:mod:`coreai_partitioner.decoder.device`), which
+exports the device form (:mod:`coreai_partitioner.text_decoder.device`), which
 upstream's on-device runtime loads: its ``forward`` takes a bounded number
 of tokens, the whole context, or a model's smallest sliding window where it
 has one (the device form writes a call's rows into a ring at once), so
@@ -74,7 +74,7 @@ def export(
     model: Any, *, dtype: str | None = None, quantize: str | None = None, target: str = "host", **kwargs: Any
 ) -> dict[str, Any]:
     """An optimum-executorch recipe: ``{"model": ExecutorchProgramManager}`` of ``model`` (its exportable wrapper)."""
-    from coreai_partitioner import llm
+    from coreai_partitioner import text_generation
 
     if kwargs:
         logger.info("coreai recipe: ignoring %s", ", ".join(sorted(kwargs)))
@@ -92,15 +92,15 @@ def export(
     context = int(metadata.get("get_max_seq_len") or (vision_model and hf_model.generation_config.max_length) or 2048)
     if vision_model:
         context = min(context, hf_model.config.get_text_config().max_position_embeddings)
-    shapes = llm.DecoderShapes(max_context_len=context, prefill_chunk=context, target=target)
+    shapes = text_generation.DecoderShapes(max_context_len=context, prefill_chunk=context, target=target)
     if vision_model:
         return {"model": _export_vision(hf_model, shapes, quantize, metadata).to_executorch()}
-    decoder = llm.adapt(hf_model, shapes)
+    decoder = text_generation.adapt(hf_model, shapes)
     if target == "device":
-        from coreai_partitioner.decoder.device import sliding_windows
+        from coreai_partitioner.text_decoder.device import sliding_windows
 
         shapes = dataclasses.replace(shapes, prefill_chunk=min([context, *sliding_windows(decoder)]))
-    lowered = llm.lower_decoder(hf_model, shapes, quantize=quantize, decoder=decoder)
+    lowered = text_generation.lower_decoder(hf_model, shapes, quantize=quantize, decoder=decoder)
     return {"model": lowered.to_executorch()}
 
 
@@ -186,19 +186,19 @@ class _MaskedLMLogits(torch.nn.Module):
 
 
 def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: dict[str, Any]) -> Any:
-    """optimum's ``image-text-to-text`` model by :func:`coreai_partitioner.vision.lower_vlm`, optimum's metadata kept.
+    """optimum's ``image-text-to-text`` model by :func:`coreai_partitioner.image_text_to_text.lower_vlm`, optimum's metadata kept.
 
     ``ExecuTorchModelForMultiModalToText`` prefills the whole prompt in one
     ``text_decoder`` call (the token embeddings with the ``vision_encoder``'s
     rows written over the image placeholders), so one call takes the whole
     context; it reads ``modality``, ``vision_token_id`` and ``get_eos_id``.
     """
-    from coreai_partitioner import vision
+    from coreai_partitioner import image_text_to_text
 
     extra = _constants(metadata)
     eos = hf_model.config.get_text_config().eos_token_id
     extra.setdefault("get_eos_id", eos[0] if isinstance(eos, list) else eos)
-    return vision.lower_vlm(hf_model, shapes, quantize=quantize, metadata=extra)
+    return image_text_to_text.lower_vlm(hf_model, shapes, quantize=quantize, metadata=extra)
 
 
 def register() -> list[str]:

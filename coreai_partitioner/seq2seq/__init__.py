@@ -1,6 +1,6 @@
 """What an encoder-decoder ``.pte`` runs by, whatever its encoder reads: greedy decoding over ``encoder`` and ``text_decoder``.
 
-Speech recognition (:mod:`coreai_partitioner.speech`) and text-to-text
+Speech recognition (:mod:`coreai_partitioner.speech_recognition`) and text-to-text
 generation (:mod:`coreai_partitioner.text2text`) lower their models to the
 same two methods (the modules they are made of are
 :mod:`coreai_partitioner.blocks.cross`'s); :mod:`.decode` is the loop an app

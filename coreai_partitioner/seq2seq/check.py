@@ -41,7 +41,7 @@ class Seq2SeqReference:
     dtype: torch.dtype  # the model's decoder's
     width: int  # the longest reduction of its matmuls: its widest Linear's inputs, or attention over the frames
     depth: int  # the stages whose rounding adds up: the encoder's and decoder's layers and the output projection
-    encoder_dtype: torch.dtype | None = None  # what runs in encoder, when not at dtype (speech.at_precision)
+    encoder_dtype: torch.dtype | None = None  # what runs in encoder, when not at dtype (speech_recognition.at_precision)
 
     @property
     def precision(self) -> str:
@@ -132,7 +132,7 @@ def check(
     from (its task's ``reference`` of it), which a program at another ``dtype``
     needs.  The tolerance is the runtime's at ``dtype``, or at the narrowest
     dtype ``eager`` computes in (an encoder may be narrower than its
-    decoder, :func:`coreai_partitioner.speech.at_precision`), unless ``threshold`` is given.
+    decoder, :func:`coreai_partitioner.speech_recognition.at_precision`), unless ``threshold`` is given.
     """
     eager = fidelity.against(eager, reference, dtype, how="reference() of the model at its dtype")
     if eager is not reference:  # the tolerance of the narrowest arithmetic in the program (an encoder may be narrower)

@@ -2,7 +2,7 @@
 
 The same contract as every device form (:mod:`coreai_partitioner.lowering.device`):
 only fp16/fp32 tensors across a delegate, no Core AI state.  ``text_decoder``
-is the speech device form's (:class:`~coreai_partitioner.decoder.device.DeviceTextDecoder`:
+is the speech device form's (:class:`~coreai_partitioner.text_decoder.device.DeviceTextDecoder`:
 the caches ExecuTorch's, each call's rows written outside the delegate,
 unwritten slots read as zeros), its relative position bias taking the call's
 own rows at the call's position (:class:`~.t5.BiasedSelfAttention`).

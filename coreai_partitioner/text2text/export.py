@@ -90,7 +90,7 @@ def lower_text2text(
     """
     from coreai_partitioner.lowering.methods import lower_method_modules
     from coreai_partitioner.text2text.device import DeviceEncoder
-    from coreai_partitioner.decoder.device import DeviceTextDecoder
+    from coreai_partitioner.text_decoder.device import DeviceTextDecoder
 
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")

@@ -70,7 +70,7 @@ class BiasedSelfAttention(Attention):
     The bias is made once per call for every layer (the step memoizes it,
     as T5 shares its first layer's).  Its keys are the cache's slots, slot
     ``j`` holding position ``j``; a device step attends the cache and then
-    the call's own rows (:class:`~coreai_partitioner.decoder.device.DeviceStep`),
+    the call's own rows (:class:`~coreai_partitioner.text_decoder.device.DeviceStep`),
     whose positions are the call's.
     """
 

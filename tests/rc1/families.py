@@ -24,10 +24,10 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llm_helpers import adapted_and_eager, prompt_tokens, tiny  # noqa: E402
 
-from coreai_partitioner import llm, verify  # noqa: E402
+from coreai_partitioner import text_generation, verify  # noqa: E402
 from coreai_partitioner.records.call_sites import call_sites_by_op  # noqa: E402
 
-SHAPES = llm.DecoderShapes(max_context_len=32, prefill_chunk=24)
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=24)
 PROMPT = 20
 PTE = ("llama", "gemma3_text")
 
@@ -39,14 +39,14 @@ def check(model_type: str) -> dict:
         return {"absent": str(error)}
     got, expected = adapted_and_eager(model_type, SHAPES, PROMPT)
     result = {"eager_error": float((got - expected).abs().max()), "scale": float(expected.abs().max())}
-    program, records = llm.export_decoder(model, SHAPES)
+    program, records = text_generation.export_decoder(model, SHAPES)
     tokens = prompt_tokens(PROMPT)
     composite_of = {record.op_name: record.composite_op_name for record in records}
     result["composites"] = Counter(composite_of[op] for op, nodes in call_sites_by_op(program.graph).items() for _ in nodes)
     if model_type in PTE:
         with tempfile.TemporaryDirectory() as directory:
             path = Path(directory) / "model.pte"
-            path.write_bytes(llm.lower_decoder(model, SHAPES).to_executorch().buffer)
+            path.write_bytes(text_generation.lower_decoder(model, SHAPES).to_executorch().buffer)
             (logits,) = verify.run(path, tokens, torch.arange(PROMPT))
             verify.reset_state(path)
         with torch.no_grad():
@@ -57,5 +57,5 @@ def check(model_type: str) -> dict:
 
 if __name__ == "__main__":
     report = {"transformers": transformers.__version__}
-    report["families"] = {model_type: check(model_type) for model_type in (sys.argv[1:] or llm.supported())}
+    report["families"] = {model_type: check(model_type) for model_type in (sys.argv[1:] or text_generation.supported())}
     print(json.dumps(report))

@@ -31,12 +31,12 @@ NEW_TOKENS = 10
 
 def tokenizer_for(model) -> transformers.PreTrainedTokenizerFast:
     """The tiny configs' one-character-per-token tokenizer, as the transformers tokenizer optimum decodes with."""
-    from coreai_partitioner import llm
+    from coreai_partitioner import text_generation
 
     characters = [chr(i) if 32 <= i < 127 else chr(0x100 + i) for i in range(256)]
     config = model.config
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=llm.byte_tokenizer(config),
+        tokenizer_object=text_generation.byte_tokenizer(config),
         bos_token=characters[config.bos_token_id],
         eos_token=characters[config.eos_token_id],
     )

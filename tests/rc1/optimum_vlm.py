@@ -18,7 +18,7 @@ import torch
 import transformers
 
 import coreai_partitioner.recipes.optimum  # noqa: F401 - registers the coreai recipes
-from coreai_partitioner import vision
+from coreai_partitioner import image_text_to_text
 
 from optimum.executorch import ExecuTorchModelForMultiModalToText  # noqa: E402
 
@@ -26,7 +26,7 @@ NEW_TOKENS = 8
 
 
 def main() -> None:
-    config = vision.tiny_config("gemma3")
+    config = image_text_to_text.tiny_config("gemma3")
     torch.manual_seed(0)
     model = transformers.AutoModelForImageTextToText.from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():

@@ -54,13 +54,13 @@ VERIFY_TOKENS = 24
 
 
 def tiny_configs() -> list[str]:
-    from coreai_partitioner.speech.tiny import NAME
+    from coreai_partitioner.speech_recognition.tiny import NAME
 
     return [NAME]
 
 
 def tiny_config(name: str) -> Any:
-    from coreai_partitioner.speech.tiny import tiny_config
+    from coreai_partitioner.speech_recognition.tiny import tiny_config
 
     return tiny_config()
 
@@ -86,8 +86,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def refusals() -> tuple[type[Exception], ...]:
     from coreai_partitioner.blocks.errors import UnsupportedConfig
-    from coreai_partitioner.decoder.tokenizer import TokenizerError
-    from coreai_partitioner.speech import AudioError, DecodingError, UnsupportedSpeechModel
+    from coreai_partitioner.text_decoder.tokenizer import TokenizerError
+    from coreai_partitioner.speech_recognition import AudioError, DecodingError, UnsupportedSpeechModel
 
     return UnsupportedSpeechModel, UnsupportedConfig, TokenizerError, AudioError, DecodingError
 
@@ -97,9 +97,9 @@ def refusals() -> tuple[type[Exception], ...]:
 
 @dataclass
 class SpeechPlan(Plan):
-    settings: Any = None  # speech.FeatureSettings
+    settings: Any = None  # speech_recognition.FeatureSettings
     decoding: Any = None  # transformers.GenerationConfig: what the model carries, and written beside the .pte
-    rules: Any = None  # speech.DecodingRules
+    rules: Any = None  # speech_recognition.DecodingRules
     audio: Any = None  # the --transcribe recording's samples, or None
 
     @property
@@ -122,7 +122,7 @@ class SpeechPlan(Plan):
 
 def settle(args: argparse.Namespace, config: Any) -> SpeechPlan:
     """The checkpoint's task and model, the cache length, the dtypes, the recording, the decoding rules."""
-    from coreai_partitioner.speech import DecodingRules, FeatureSettings, read_wav
+    from coreai_partitioner.speech_recognition import DecodingRules, FeatureSettings, read_wav
 
     generation = generation_config(args, config)
     if args.max_context_len is not None and not 1 <= args.max_context_len <= config.max_target_positions:
@@ -149,7 +149,7 @@ def settle(args: argparse.Namespace, config: Any) -> SpeechPlan:
 
 def generation_config(args: argparse.Namespace, config: Any) -> Any:
     """The generation config to export, the config refused up front if it is not a speech model's."""
-    from coreai_partitioner.speech.tiny import tiny_generation_config
+    from coreai_partitioner.speech_recognition.tiny import tiny_generation_config
 
     if not args.checkpoint:
         return tiny_generation_config(config)
@@ -177,7 +177,7 @@ def verify_features(plan: SpeechPlan) -> torch.Tensor:
     """``--verify``'s input: the recording's features, or 3 s of seeded noise's."""
     import numpy as np
 
-    from coreai_partitioner.speech import log_mel
+    from coreai_partitioner.speech_recognition import log_mel
 
     audio = plan.audio
     if audio is None:
@@ -186,7 +186,7 @@ def verify_features(plan: SpeechPlan) -> torch.Tensor:
 
 
 def reference(plan: SpeechPlan, model: torch.nn.Module) -> Any:
-    from coreai_partitioner.speech.check import reference
+    from coreai_partitioner.speech_recognition.check import reference
 
     args = plan.args
     return reference(model, verify_features(plan), language=args.language, task=args.speech_task, max_new_tokens=VERIFY_TOKENS)
@@ -195,7 +195,7 @@ def reference(plan: SpeechPlan, model: torch.nn.Module) -> Any:
 def lower(plan: SpeechPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
     """The encoder and text_decoder lowered at their dtypes; under ``--verify`` Hugging Face's outputs at them (``None``
     at fp32: the reference's)."""
-    from coreai_partitioner.speech import adapt, at_precision, lower_speech
+    from coreai_partitioner.speech_recognition import adapt, at_precision, lower_speech
 
     eager = None
     if not plan.dtype == plan.encoder_dtype == torch.float32:
@@ -222,8 +222,8 @@ def describe(plan: SpeechPlan, model: torch.nn.Module, pte: Any) -> None:
 
 
 def check(plan: SpeechPlan, path: Path, verified: Any, eager: Any) -> Any:
-    from coreai_partitioner.speech import SpeechProgram
-    from coreai_partitioner.speech.check import check
+    from coreai_partitioner.speech_recognition import SpeechProgram
+    from coreai_partitioner.speech_recognition.check import check
 
     return check(SpeechProgram(path), verified, eager=eager if eager is not None else verified, dtype=plan.dtype,
                  max_new_tokens=VERIFY_TOKENS)
@@ -231,8 +231,8 @@ def check(plan: SpeechPlan, path: Path, verified: Any, eager: Any) -> Any:
 
 def companions(plan: SpeechPlan, directory: Path) -> list[Path]:
     """``tokenizer.json`` (and its companions), ``preprocessor_config.json``, ``generation_config.json``."""
-    from coreai_partitioner.decoder import tokenizer
-    from coreai_partitioner.speech.tiny import tiny_tokenizer
+    from coreai_partitioner.text_decoder import tokenizer
+    from coreai_partitioner.speech_recognition.tiny import tiny_tokenizer
 
     if plan.tokenizer is not None:
         written = tokenizer.copy(plan.tokenizer, directory)
@@ -250,7 +250,7 @@ def companions(plan: SpeechPlan, directory: Path) -> list[Path]:
 
 def after(plan: SpeechPlan) -> None:
     """``--transcribe``: the recording through the written .pte in ExecuTorch's runtime, its text printed."""
-    from coreai_partitioner.speech import SpeechProgram, log_mel
+    from coreai_partitioner.speech_recognition import SpeechProgram, log_mel
 
     if plan.audio is None:
         return

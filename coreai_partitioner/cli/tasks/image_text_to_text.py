@@ -18,7 +18,7 @@ mean and std the caller resizes and normalizes an image with: the runner
 does neither).  ``--verify`` judges image embeddings, logits and greedy
 tokens against the eager model it was lowered from (quantized, at
 ``--dtype``) before keeping the .pte, the fp32 model's distance beside them
-as a report (:mod:`coreai_partitioner.vision.check`); ``--generate`` runs the prompt and
+as a report (:mod:`coreai_partitioner.image_text_to_text.check`); ``--generate`` runs the prompt and
 ``--image`` through ``MultimodalRunner``.  ``--config`` builds a tiny random
 model of a family with a one-character-per-token tokenizer.  Nothing is
 downloaded.  Needs the hf extra.
@@ -55,19 +55,19 @@ DEFAULTS: dict[str, Any] = {}
 
 def not_a_vision_language_model(config: Any) -> None:
     """Refuse a checkpoint of another task in this task's words: a text-only model is text generation's."""
-    from coreai_partitioner.vision import family_of
+    from coreai_partitioner.image_text_to_text import family_of
 
     family_of(config)
 
 
 def tiny_configs() -> list[str]:
-    from coreai_partitioner.vision import supported
+    from coreai_partitioner.image_text_to_text import supported
 
     return list(supported())
 
 
 def tiny_config(name: str) -> Any:
-    from coreai_partitioner.vision import tiny_config
+    from coreai_partitioner.image_text_to_text import tiny_config
 
     return tiny_config(name)
 
@@ -82,12 +82,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    from coreai_partitioner.decoder import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
-    from coreai_partitioner.decoder.device import UnsupportedDevice
-    from coreai_partitioner.decoder.tokenizer import TokenizerError
+    from coreai_partitioner.text_decoder import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
+    from coreai_partitioner.text_decoder.device import UnsupportedDevice
+    from coreai_partitioner.text_decoder.tokenizer import TokenizerError
     from coreai_partitioner.quantize import QuantizationError
     from coreai_partitioner.verify import fidelity
-    from coreai_partitioner.vision import ImageTokensOverBound, UnsupportedImage, UnsupportedVisionConfig, UnsupportedVisionModel
+    from coreai_partitioner.image_text_to_text import ImageTokensOverBound, UnsupportedImage, UnsupportedVisionConfig, UnsupportedVisionModel
 
     return (
         UnsupportedVisionModel, UnsupportedVisionConfig, UnsupportedImage, ImageTokensOverBound, UnsupportedModel,
@@ -109,8 +109,8 @@ class VisionPlan(Plan):
 
 def settle(args: argparse.Namespace, config: Any) -> VisionPlan:
     """Config and family, shapes, processor, image."""
-    from coreai_partitioner.decoder import DecoderShapes
-    from coreai_partitioner.vision import check_config, family_of
+    from coreai_partitioner.text_decoder import DecoderShapes
+    from coreai_partitioner.image_text_to_text import check_config, family_of
 
     if args.vision_layers is not None and args.vision_layers < 1:
         raise CommandError(f"--vision-layers {args.vision_layers}: give at least 1")
@@ -175,8 +175,8 @@ def load_processor(args: argparse.Namespace, config, family):
 
 def load_pixels(args: argparse.Namespace, config) -> torch.Tensor | None:
     """``--image`` as pixel values when it is a ``.pt`` tensor (checked against the tower's size); ``None`` for a file."""
-    from coreai_partitioner.vision import UnsupportedImage
-    from coreai_partitioner.vision.run import check_image
+    from coreai_partitioner.image_text_to_text import UnsupportedImage
+    from coreai_partitioner.image_text_to_text.run import check_image
 
     if not args.image.is_file():
         raise CommandError(f"--image {args.image}: no such file")
@@ -241,7 +241,7 @@ def _with_pixels(processed: Any, pixels: torch.Tensor) -> Any:
 
 
 def reference(plan: VisionPlan, model: torch.nn.Module) -> Any:
-    from coreai_partitioner.vision.check import reference
+    from coreai_partitioner.image_text_to_text.check import reference
 
     tokens = plan.family.image_tokens(plan.config)
     return reference(model, prompt_inputs(plan, plan.args.prompt), plan.config.image_token_id, tokens)
@@ -250,9 +250,9 @@ def reference(plan: VisionPlan, model: torch.nn.Module) -> Any:
 def lower(plan: VisionPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
     """The three methods lowered; under ``--verify`` the outputs of the eager model they were lowered from, fed as the
     runner feeds it (the quantized eager methods under --quantize, the model at --dtype otherwise; ``None`` at fp32)."""
-    from coreai_partitioner.vision import adapt, lower_vlm
-    from coreai_partitioner.vision.check import program_outputs
-    from coreai_partitioner.vision.run import Methods
+    from coreai_partitioner.image_text_to_text import adapt, lower_vlm
+    from coreai_partitioner.image_text_to_text.check import program_outputs
+    from coreai_partitioner.image_text_to_text.run import Methods
 
     with phases("adapt"):
         vlm = adapt(model, plan.shapes)
@@ -281,14 +281,14 @@ def describe(plan: VisionPlan, model: torch.nn.Module, pte: Any) -> None:
 
 
 def check(plan: VisionPlan, path: Path, verified: Any, eager: Any) -> Any:
-    from coreai_partitioner.vision.check import check
+    from coreai_partitioner.image_text_to_text.check import check
 
     return check(path, verified, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
 
 
 def companions(plan: VisionPlan, directory: Path) -> list[Path]:
     """The tokenizer and the image processor's config: what a caller needs besides the .pte."""
-    from coreai_partitioner.decoder import tokenizer
+    from coreai_partitioner.text_decoder import tokenizer
 
     args = plan.args
     if not args.checkpoint:
@@ -313,8 +313,8 @@ def companions(plan: VisionPlan, directory: Path) -> list[Path]:
 
 def after(plan: VisionPlan) -> None:
     """``--generate``'s prompt and ``--image`` through ExecuTorch's ``MultimodalRunner``, the text as it comes."""
-    from coreai_partitioner.vision.run import generate as runner_generate
-    from coreai_partitioner.vision.run import runner_inputs
+    from coreai_partitioner.image_text_to_text.run import generate as runner_generate
+    from coreai_partitioner.image_text_to_text.run import runner_inputs
 
     args = plan.args
     if args.generate is None:

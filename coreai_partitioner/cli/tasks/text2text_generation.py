@@ -81,7 +81,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 def refusals() -> tuple[type[Exception], ...]:
     from coreai_partitioner.blocks.errors import UnsupportedConfig
-    from coreai_partitioner.decoder.tokenizer import TokenizerError
+    from coreai_partitioner.text_decoder.tokenizer import TokenizerError
     from coreai_partitioner.text2text import UnsupportedText2TextModel
 
     return UnsupportedText2TextModel, UnsupportedConfig, TokenizerError
@@ -203,7 +203,7 @@ def check(plan: Text2TextPlan, path: Path, verified: Any, eager: Any) -> Any:
 def companions(plan: Text2TextPlan, directory: Path) -> list[Path]:
     """The tokenizer the runner reads (``spiece.model``) with its companions and T5's ``tokenizer.json``, or a tiny
     model's one-character-per-token ``tokenizer.json``; ``generation_config.json``."""
-    from coreai_partitioner.decoder import tokenizer
+    from coreai_partitioner.text_decoder import tokenizer
     from coreai_partitioner.text2text.tiny import tiny_tokenizer
 
     if plan.tokenizer is not None:

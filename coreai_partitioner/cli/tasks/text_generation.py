@@ -21,10 +21,10 @@ anything is exported and copied beside the .pte with its chat template.
 ``--verify`` judges the .pte against the eager model it was lowered from
 (the quantized eager model for ``--quantize``), within the runtime's own
 rounding, and reports how far it is from the fp32 model, before keeping it
-(:mod:`coreai_partitioner.llm.check`).  ``--chat`` applies the checkpoint's
+(:mod:`coreai_partitioner.text_generation.check`).  ``--chat`` applies the checkpoint's
 chat template to a message and answers it through ``TextLLMRunner``;
 ``--generate`` continues raw text.  ``--config`` builds a tiny random model
-of any family (``coreai_partitioner.llm.supported()``) with a
+of any family (``coreai_partitioner.text_generation.supported()``) with a
 one-character-per-token tokenizer.  Nothing is downloaded.  Needs the hf
 extra: ``pip install 'coreai-partitioner[hf]'``.
 """
@@ -53,24 +53,24 @@ RUNNER = "ExecuTorch's LLM runner"
 FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "--no-tokenizer", "--generate", "--new-tokens")
 DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
-#: ``llm.lower_decoder`` keywords, by the flag whose ``dest`` each is.
+#: ``text_generation.lower_decoder`` keywords, by the flag whose ``dest`` each is.
 LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
 
 
 def tiny_configs() -> list[str]:
-    from coreai_partitioner.decoder import supported
+    from coreai_partitioner.text_decoder import supported
 
     return list(supported())
 
 
 def tiny_config(name: str) -> Any:
-    from coreai_partitioner.decoder import tiny_config
+    from coreai_partitioner.text_decoder import tiny_config
 
     return tiny_config(name)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    from coreai_partitioner.decoder import DEVICE_SHAPES, SHAPE_MODES
+    from coreai_partitioner.text_decoder import DEVICE_SHAPES, SHAPE_MODES
 
     parser.add_argument("--shapes", choices=SHAPE_MODES, default="dynamic", help="the host form's shapes")
     parser.add_argument(
@@ -98,15 +98,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def lowering_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``llm.lower_decoder`` keywords from the command line (:data:`LOWERING_OPTIONS`, and every task's partitioner
+    """``text_generation.lower_decoder`` keywords from the command line (:data:`LOWERING_OPTIONS`, and every task's partitioner
     options)."""
     own = {name: getattr(args, name) for name in (flag.lstrip("-").replace("-", "_") for flag in LOWERING_OPTIONS)}
     return {**own, **partitioner_options(args)}
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    from coreai_partitioner.decoder import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
-    from coreai_partitioner.decoder.tokenizer import TokenizerError
+    from coreai_partitioner.text_decoder import UnsupportedConfig, UnsupportedModel, UnsupportedShapes
+    from coreai_partitioner.text_decoder.tokenizer import TokenizerError
     from coreai_partitioner.verify import fidelity
 
     refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision)
@@ -130,7 +130,7 @@ class TextPlan(Plan):
 
 def settle(args: argparse.Namespace, config: Any) -> TextPlan:
     """Shapes, family (refused here if none adapts the config), chat template."""
-    from coreai_partitioner.decoder import DecoderShapes, family_of
+    from coreai_partitioner.text_decoder import DecoderShapes, family_of
 
     try:
         shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target, args.device_shapes)
@@ -188,7 +188,7 @@ def chat_prompt(args: argparse.Namespace) -> str:
 
 def dry_run(plan: TextPlan) -> None:
     """What would be exported, from the config alone (the model is built on the meta device: no weights)."""
-    from coreai_partitioner.llm import plan as decoder_plan
+    from coreai_partitioner.text_generation import plan as decoder_plan
 
     print(decoder_plan(plan.config, plan.shapes, dtype=plan.dtype, full_logits=plan.args.full_logits))
     print(f"  tokenizer: {describe_tokenizer(plan)}")
@@ -207,7 +207,7 @@ def dry_run(plan: TextPlan) -> None:
 
 def reference(plan: TextPlan, model: torch.nn.Module) -> Any:
     """The fp32 model's reference; with adapters, the base's and each adapter's (PEFT's, unmerged), by program."""
-    from coreai_partitioner.llm.check import reference
+    from coreai_partitioner.text_generation.check import reference
 
     if not plan.adapters:
         return reference(model, plan.shapes, full_logits=plan.args.full_logits)
@@ -233,8 +233,8 @@ def peft_over(model: torch.nn.Module, directory: Path) -> Iterator[torch.nn.Modu
 def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
     """The decoder lowered; under ``--verify`` the logits of the eager model it was lowered from (the model at its
     dtype, or the quantized eager model), ``None`` at fp32."""
-    from coreai_partitioner.llm import lower_decoder
-    from coreai_partitioner.llm.check import eager_logits
+    from coreai_partitioner.text_generation import lower_decoder
+    from coreai_partitioner.text_generation.check import eager_logits
 
     if plan.adapters:
         return lower_adapters(plan, model, verified, phases)
@@ -250,11 +250,11 @@ def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases)
 
 
 def lower_adapters(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The base and every adapter lowered once (:func:`~coreai_partitioner.llm.export.lower_with_adapters`);
+    """The base and every adapter lowered once (:func:`~coreai_partitioner.text_generation.export.lower_with_adapters`);
     under ``--verify`` each program's eager logits where the fp32 reference is not its eager model's."""
-    from coreai_partitioner.llm.adapters import WithPairs
-    from coreai_partitioner.llm.export import lower_with_adapters
-    from coreai_partitioner.llm.check import eager_logits
+    from coreai_partitioner.text_generation.adapters import WithPairs
+    from coreai_partitioner.text_generation.export import lower_with_adapters
+    from coreai_partitioner.text_generation.check import eager_logits
 
     eager: dict = {}
     with phases("export and lower"):
@@ -288,7 +288,7 @@ def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
 
 
 def check(plan: TextPlan, path: Path, verified: Any, eager: Any) -> Any:
-    from coreai_partitioner.llm.check import check
+    from coreai_partitioner.text_generation.check import check
 
     if not plan.adapters:
         return check(path, verified, plan.shapes, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
@@ -325,8 +325,8 @@ class ProgramReports:
 
 def companions(plan: TextPlan, directory: Path) -> list[Path]:
     """The tokenizer (its chat template with it), or a tiny model's one-character-per-token ``tokenizer.json``."""
-    from coreai_partitioner.decoder import tokenizer
-    from coreai_partitioner.llm import byte_tokenizer
+    from coreai_partitioner.text_decoder import tokenizer
+    from coreai_partitioner.text_generation import byte_tokenizer
 
     if plan.tokenizer is not None:
         return tokenizer.copy(plan.tokenizer, directory)
@@ -358,7 +358,7 @@ def after(plan: TextPlan) -> None:
 
 def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes, new_tokens: int, label: str = "") -> None:
     """The .pte in ExecuTorch's runtime as its LLM runner calls it, the text as it comes, whole characters."""
-    from coreai_partitioner.llm.text import generate_text
+    from coreai_partitioner.text_generation.text import generate_text
 
     print(f"\ngenerate{label}: {prompt!r} -> ", end="", flush=True)
     result = generate_text(
@@ -375,8 +375,8 @@ def chat(pte: Path, tokenizer_path: Path, message: str, prompt: str, new_tokens:
     up to the end-of-turn token."""
     from transformers import AutoTokenizer
 
-    from coreai_partitioner.llm.generate import eos_ids_of
-    from coreai_partitioner.llm.runner import generate as runner_generate
+    from coreai_partitioner.text_generation.generate import eos_ids_of
+    from coreai_partitioner.text_generation.runner import generate as runner_generate
 
     result = runner_generate(pte, tokenizer_path, prompt, max_new_tokens=new_tokens)
     with console.NativeStreams():

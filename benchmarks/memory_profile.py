@@ -63,7 +63,7 @@ PHASES = (
     ("coreai_opt.quantization:Quantizer", "prepare", "coreai-opt prepare"),
     ("coreai_opt.quantization:Quantizer", "finalize", "coreai-opt finalize"),
     ("executorch.exir", "to_edge_transform_and_lower", "to_edge_transform_and_lower"),
-    ("coreai_partitioner.lowering.whole_program", "lower_whole_program", "lower_whole_program"),
+    ("coreai_partitioner.lowering.methods", "lower_methods", "lower_methods"),
     ("torch.export", "export", "torch.export"),
     ("coreai_partitioner._compat", "export_decomposed", "torch.export to decomposed ATen"),
     ("coreai_partitioner.lowering.passes:NarrowToCoreAIDtypes", "__call__", "narrow dtypes"),

@@ -351,7 +351,7 @@ def runner_tokens(path, prompt: str, new_tokens: int, times: int = 1) -> list[in
     ``times`` > 1 generates again after the runner's ``reset()``, on the same loaded program, and
     returns the last run's tokens.
     """
-    from executorch.extension.text_generation.runner import GenerationConfig, TextLLMRunner
+    from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
     from coreai_partitioner import load_runtime_backend
 

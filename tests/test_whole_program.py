@@ -1,4 +1,4 @@
-"""lower_whole_program: ExecuTorch's lowering steps in another order, the same program in ExecuTorch's runtime."""
+"""lower_whole_programs: ExecuTorch's lowering steps in another order, the same program in ExecuTorch's runtime."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
 from coreai_partitioner import CoreAIPartitioner, verify
-from coreai_partitioner.lowering.whole_program import lower_whole_program
+from coreai_partitioner.lowering.whole_program import lower_whole_programs
 
 from helpers import assert_close, seeded
 
@@ -43,7 +43,7 @@ def test_whole_program_lowering_runs_in_executorch_as_eager(argmax):
     dim = torch.export.Dim("T", min=1, max=8)
     program = torch.export.export(model, (tokens,), dynamic_shapes=({1: dim},))
 
-    edge = lower_whole_program(program, CoreAIPartitioner())
+    edge = lower_whole_programs({"forward": (program, CoreAIPartitioner())})
 
     outside = _outside(edge)
     assert outside and all(isinstance(target, EdgeOpOverload) for target in outside), outside

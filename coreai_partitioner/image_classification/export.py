@@ -64,7 +64,8 @@ def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None 
     writes it); ``metadata`` adds constant methods to ``get_image_size``
     (height, width) and ``get_num_channels``, which win where both name one.
     """
-    from coreai_partitioner.lowering.lower import lower
+    from coreai_partitioner.lowering.lower import export_with_composites
+    from coreai_partitioner.lowering.methods import lower_methods
 
     pixels = sample_of(model)
     module = adapt(model) if adapted(model) else Logits(model)
@@ -73,7 +74,8 @@ def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None 
         "adapted" if adapted(model) else "lowered whole", "x".join(map(str, pixels.shape[1:])),
     )
     constants = {**(metadata or {}), "get_image_size": list(pixels.shape[2:]), "get_num_channels": pixels.shape[1]}
-    return lower(module, (pixels,), constant_methods=constants, **partitioner_options)
+    exported = export_with_composites(module, (pixels,))
+    return lower_methods([("forward", exported)], device=False, constant_methods=constants, **partitioner_options)
 
 
 def write_image_processor(source: Any, directory: str | Path) -> Path:

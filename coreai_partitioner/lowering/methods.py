@@ -1,7 +1,7 @@
 """The tail every task's export ends with: its methods lowered in one call, each a function of one shared asset.
 
-A task (an LLM's device form, a vision-language model's three methods, a
-speech model's two) exports each method to a program and the records of its
+A task (an LLM's one or two methods, a vision-language model's three, a
+speech model's two, an encoder's or a classifier's ``forward``) exports each method to a program and the records of its
 composites; :func:`lower_methods` gives each a partitioner that asks for the
 one asset (``share_asset``: each weight stored once in the ``.pte``), lowers
 them together (:func:`~.whole_program.lower_whole_programs`) with the task's
@@ -29,8 +29,9 @@ from coreai_partitioner.partition.partitioner import CoreAIPartitioner
 logger = logging.getLogger(__name__)
 
 #: Partitioner options :func:`lower_methods` sets itself: one inline asset, a function per method, and the caches
-#: as delegate state (host form) or as ExecuTorch's mutable buffers (device form).
-SET_HERE = frozenset({"share_asset", "uses_sidecar", "input_enumerations", "take_over_mutable_buffer"})
+#: as delegate state (host form) or as ExecuTorch's mutable buffers (device form).  ``input_enumerations`` is its
+#: own keyword: one method's (a function of the asset per shape).
+SET_HERE = frozenset({"share_asset", "uses_sidecar", "take_over_mutable_buffer"})
 
 
 def lower_methods(
@@ -40,6 +41,7 @@ def lower_methods(
     constant_methods: Mapping[str, Any],
     bounded: int | None = None,
     check: bool = True,
+    input_enumerations: Any = None,
     **partitioner_options: Any,
 ):
     """Each ``(method, (program, records))`` of ``exported`` lowered in one ``to_backend`` call to one Core AI asset;
@@ -50,6 +52,9 @@ def lower_methods(
     to ExecuTorch, backend id ``CoreAIBackend``, every delegate checked against
     the runtime's contract (``bounded``: the upper bound of a bounded-dynamic
     dimension it may take; ``check=False`` leaves that to the caller, whose programs bind symbolic inputs later).
+    ``input_enumerations`` gives the one method of ``exported`` a statically shaped function per enumerated shape
+    (an LLM's host form, ``DecoderShapes.mode == "enumerated"``): the asset is that method's own, its functions the
+    shapes; it is refused beside a second method.
     ``partitioner_options`` go to each
     :class:`~coreai_partitioner.partition.partitioner.CoreAIPartitioner`; those in :data:`SET_HERE`
     are refused.
@@ -60,15 +65,24 @@ def lower_methods(
         raise ValueError(
             f"{form} sets {', '.join(sorted(refused))} itself (one inline asset, a function per method); leave them out"
         )
-    methods = {
-        method: (
+    if input_enumerations is not None:
+        partitioner_options = {**partitioner_options, "input_enumerations": input_enumerations}
+    methods = {}
+    for method, (program, records) in exported:
+        if input_enumerations is not None and methods:
+            raise ValueError(
+                f"input_enumerations with the methods {', '.join(methods)} and {method}: a shared asset's functions are "
+                "the methods themselves; give each method its own static shapes instead"
+            )
+        methods[method] = (
             program,
             CoreAIPartitioner(
-                externalized_modules=records, take_over_mutable_buffer=not device, share_asset=True, **partitioner_options
+                externalized_modules=records,
+                take_over_mutable_buffer=not device,
+                share_asset=input_enumerations is None,  # else the asset's functions are the method's shapes
+                **partitioner_options,
             ),
         )
-        for method, (program, records) in exported
-    }
     with torch.no_grad():
         edge = lower_whole_programs(
             methods,

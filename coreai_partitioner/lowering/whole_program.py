@@ -4,7 +4,7 @@
 converts the whole program to edge dialect before it partitions: one re-trace
 to functionalize, one to decompose, one per edge ``ExportPass``.  For an LLM
 decoder on a symbolic ``T`` each costs 7 to 30 s at 0.6B scale, and all of
-them go to ops the delegate then takes.  :func:`lower_whole_program` does the
+them go to ops the delegate then takes.  :func:`lower_whole_programs` does the
 same steps in another order:
 
 1. decompose once, with the table ``to_edge_transform_and_lower`` would use
@@ -86,28 +86,6 @@ def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: E
     return table
 
 
-def lower_whole_program(
-    program: ExportedProgram,
-    partitioner: CoreAIPartitioner,
-    *,
-    constant_methods: Mapping[str, Any] | None = None,
-    compile_config: Any = None,
-) -> EdgeProgramManager:
-    """Lower ``program`` (the method ``forward``) with ``partitioner``, as ``to_edge_transform_and_lower`` does.
-
-    ``program`` is ``torch.export``'s; one already decomposed with
-    :func:`decomposition_table` (functional ATen IR holding none of its ops)
-    is not decomposed again.  Returns the ``EdgeProgramManager``
-    (``.to_executorch()`` gives the ``.pte``).  ``compile_config`` defaults
-    to Core AI's, which verifies the edge IR.  Meant for programs the
-    delegate takes whole, where it saves every re-trace of the delegated part
-    but one; it is correct for any program.
-    """
-    return lower_whole_programs(
-        {"forward": (program, partitioner)}, constant_methods=constant_methods, compile_config=compile_config
-    )
-
-
 def lower_whole_programs(
     methods: Mapping[str, tuple[ExportedProgram, CoreAIPartitioner]],
     *,
@@ -115,7 +93,13 @@ def lower_whole_programs(
     compile_config: Any = None,
     executorch_config: Callable[[], Any] | None = None,
 ) -> WholeProgramManager:
-    """:func:`lower_whole_program` for several methods, a program and a partitioner each, in one ``to_backend`` call.
+    """Lower each method's program with its partitioner, as ``to_edge_transform_and_lower`` does, in one
+    ``to_backend`` call; the ``EdgeProgramManager`` (``.to_executorch()`` gives the ``.pte``).
+
+    A program may be ``torch.export``'s or already decomposed with :func:`decomposition_table` (functional ATen IR
+    holding none of its ops: not decomposed again).  ``compile_config`` defaults to Core AI's, which verifies the
+    edge IR.  Meant for programs the delegate takes whole, where it saves every re-trace of the delegated part but
+    one; it is correct for any program.  Every task reaches it through :func:`~.methods.lower_methods`.
 
     One call is what lets partitioners built with ``share_asset`` give their
     methods one asset (the backend's ``preprocess_multimethod`` sees them all).

@@ -100,7 +100,8 @@ def lower_text_encoder(
     win where both name one (optimum's ``get_max_seq_len`` is the position
     table's length, RoBERTa's longer than the input it numbers).
     """
-    from coreai_partitioner.lowering.lower import export_with_composites, lower_exported
+    from coreai_partitioner.lowering.lower import export_with_composites
+    from coreai_partitioner.lowering.methods import lower_methods
 
     module = adapt(model, task, sentence=sentence)
     longest = family_of(model.config).max_tokens(model.config)
@@ -119,7 +120,7 @@ def lower_text_encoder(
     logger.info("%s %s: %d layer(s), T up to %d, B up to %d", model.config.model_type, task, len(module.encoder.layers), max_seq_len, max_batch)
     exported = export_with_composites(module, sample, dynamic_shapes=(dims, dims))
     constants = {**(metadata or {}), "get_max_seq_len": max_seq_len, "get_max_batch_size": max_batch}
-    return lower_exported(exported, constant_methods=constants, **partitioner_options)
+    return lower_methods([("forward", exported)], device=False, constant_methods=constants, **partitioner_options)
 
 
 def tokenizer_files(directory: str | Path) -> list[Path]:

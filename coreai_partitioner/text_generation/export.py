@@ -132,7 +132,7 @@ def lower_decoder(
     receives the quantized program's eager module (taken before lowering,
     which takes over the program's constants), to check the ``.pte`` against; ``keep_float``
     names layers left float (module paths of the decoder, e.g. ``lm_head``, ``layers.0.mlp.down``).
-    Lowers with :func:`~coreai_partitioner.lowering.whole_program.lower_whole_program`
+    Lowers with :func:`~coreai_partitioner.lowering.methods.lower_methods`, the tail of every task
     (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
     whose ``.to_executorch()`` gives the ``.pte``.
 
@@ -150,9 +150,8 @@ def lower_decoder(
     pair an input of ``forward``.  ``external_data=True`` (a partitioner option) keeps the weights out of the
     ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
     """
-    from coreai_partitioner import CoreAIPartitioner
-    from coreai_partitioner.lowering.passes import get_default_compile_config
-    from coreai_partitioner.lowering.whole_program import decomposition_table, lower_whole_program
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
 
     if _is_peft_model(model):
         return lower_peft_model(
@@ -174,18 +173,10 @@ def lower_decoder(
     )
     if quantize and quantized_reference is not None:
         quantized_reference.append(program.module())
-    partitioner = CoreAIPartitioner(
-        externalized_modules=records, input_enumerations=shapes.input_enumerations(), **partitioner_options
+    return lower_methods(
+        [("forward", (program, records))], device=False, constant_methods=runner_metadata(model, shapes),
+        input_enumerations=shapes.input_enumerations(), **partitioner_options,
     )
-    # The decoder's graph is ours and fixed, and its .pte is checked end to end by the tests: no
-    # ExecuTorch IR re-verification.  Re-traces run on fake tensors without autograd bookkeeping.
-    with torch.no_grad():
-        return lower_whole_program(
-            program,
-            partitioner,
-            constant_methods=runner_metadata(model, shapes),
-            compile_config=get_default_compile_config(),
-        )
 
 
 def _lower_device(

@@ -7,7 +7,8 @@ cites the file under benchmarks/results/ it comes from, and a table of
 docs/benchmarks.md names its results file and its command.  Each figure a
 citing sentence or table row quotes, a count without a unit included, is in
 the file it cites (:func:`unfound_figures`): a table row's on the rows of the
-file that carry the row's name (:func:`rows_named`), a sentence's on any row.
+file that carry the row's name (:func:`rows_named`), a sentence's on the rows whose name it says
+(:func:`rows_a_sentence_names`), on any row where it says none.
 """
 
 from __future__ import annotations
@@ -107,6 +108,25 @@ def rows_named(name: str, rows: list[str]) -> list[str]:
     return [row for row in rows if carries(row)]
 
 
+def rows_a_sentence_names(sentence: str, rows: list[str]) -> list[str]:
+    """The lines of a results file a sentence may quote from, where it names a row: the rows holding figures whose
+    name it says (a whole word or phrase outside code, not followed by a number, which would name another row:
+    "coreai passed 397 of 467" speaks of the row ``coreai``, "Gemma 4" not of ``gemma``), and the file's prose lines
+    (a run's setup, its time).  A sentence that names no row speaks of the whole file: none."""
+    prose = quoted(sentence).lower()
+
+    def said(name: str) -> bool:
+        return len(name) >= 3 and bool(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])(?!\s*\d)", prose))
+
+    named = [row for row in rows if is_table_row(row) and numbers_in(row) and said(name_of(row))]
+    return named + [row for row in rows if not is_table_row(row)] if named else []
+
+
+def is_table_row(line: str) -> bool:
+    """A line of a results file's table: cells apart by ``|`` or a gap of two spaces (else a line of prose)."""
+    return "|" in line or bool(re.search(r"\S\s{2,}\S", line.strip()))
+
+
 def row_figures(row: str) -> tuple[str, str]:
     """A page's table row as (its name, the text of its other cells): a number in the name names the row (K=64,
     28 layers), it quotes no figure."""
@@ -163,7 +183,8 @@ def unfound_figures(text: str, numbers: list[float]) -> list[str]:
 
 def misquoted(page: str, read=lambda path: (ROOT / path).read_text() if (ROOT / path).is_file() else None) -> list[str]:
     """The figures of ``page`` (its text) that the results files it cites do not hold where they should: a table
-    row's on the rows named as it is (where the files name none so, anywhere in them), a sentence's anywhere.
+    row's on the rows named as it is, a sentence's on the rows whose names it says (where the files name none so,
+    anywhere in them).
     ``read`` gives a results file's text, or ``None`` where it is not there."""
     wrong = []
     for files, text in citing_passages(page):
@@ -172,10 +193,13 @@ def misquoted(page: str, read=lambda path: (ROOT / path).read_text() if (ROOT / 
         if not texts:
             continue
         numbers = [n for t in texts.values() for n in numbers_in(t)]
+        rows = [row for f, t in texts.items() if f.endswith(".txt") for row in t.splitlines()]
         if text.startswith("|"):
             name, text = row_figures(text)
-            named = rows_named(name, [row for f, t in texts.items() if f.endswith(".txt") for row in t.splitlines()])
-            numbers = [n for row in named for n in numbers_in(row)] if named else numbers
+            named = rows_named(name, rows)
+        else:
+            named = rows_a_sentence_names(text, rows)
+        numbers = [n for row in named for n in numbers_in(row)] if named else numbers
         wrong += [f"{figure!r} ({', '.join(texts)}): {text[:100]}" for figure in unfound_figures(text, numbers)]
     return wrong
 
@@ -197,6 +221,8 @@ def test_a_count_the_page_quotes_is_checked_on_its_own_row_of_the_results_file()
     assert [w.split(" ")[0] for w in misquoted(page.replace(row, "| coreai | 467 | 397 | 58 | 0 | 97 |"))] == ["'97'"]
     sentence = "coreai passed 397 of 467 cases (`benchmarks/results/backend_suite.txt`)."
     assert misquoted(sentence) == [] and misquoted(sentence.replace("397", "396"))[0].startswith("'396'")
+    # 363 is XNNPACK's count of passed cases, on its own row: a sentence about coreai does not hold it
+    assert misquoted(sentence.replace("397", "363"))[0].startswith("'363'")
 
 
 def test_the_figure_reader_allows_separators_units_and_rounding_and_nothing_else():

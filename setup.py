@@ -20,6 +20,7 @@ setup(
     python_requires=">=3.10",
     packages=[
         "coreai_partitioner",
+        "coreai_partitioner._compat",
         "coreai_partitioner.records",
         "coreai_partitioner.partition",
         "coreai_partitioner.partition.claims",

@@ -69,7 +69,9 @@ def imported(module: str, path: Path) -> set[str]:
 
 def test_every_module_of_the_package_belongs_to_a_stage_folder_or_is_one_of_the_roots_few():
     roots = {m for m in modules() if stage_of(m) == "root"} - {"coreai_partitioner"}
-    assert roots == {"coreai_partitioner._compat", "coreai_partitioner.console"}
+    seam = {m for m in roots if m.startswith("coreai_partitioner._compat")}  # the seam to other packages, one folder
+    assert roots - seam == {"coreai_partitioner.console"}
+    assert seam == {f"coreai_partitioner._compat{part}" for part in ("", ".coreai_internals", ".executorch_internals", ".torch_internals")}
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -186,3 +188,13 @@ def test_the_export_command_enters_no_tasks_room(name):
 def test_no_file_of_the_command_line_is_over_400_lines():
     long = {p.relative_to(ROOT).as_posix(): n for p in (PACKAGE / "cli").rglob("*.py") if (n := len(p.read_text().splitlines())) > 400}
     assert not long, f"over 400 lines: {long}"
+
+
+def test_the_old_name_of_the_text_generation_room_still_imports_with_a_deprecation_warning():
+    import coreai_partitioner
+    from coreai_partitioner import text_generation
+
+    with pytest.warns(DeprecationWarning, match="coreai_partitioner.text_generation"):
+        from coreai_partitioner import llm
+    assert llm is text_generation and llm.lower_decoder is text_generation.lower_decoder
+    assert "text_generation" in dir(coreai_partitioner)

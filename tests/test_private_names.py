@@ -1,4 +1,4 @@
-"""Other packages' private names are reached only through ``coreai_partitioner/_compat.py``.
+"""Other packages' private names are reached only through ``coreai_partitioner/_compat/``.
 
 A private name of torch, ExecuTorch, coreai-torch, coreai-core or
 transformers is one that starts with ``_`` (``__dunder__`` names aside): a
@@ -8,7 +8,7 @@ module path component (``torch._ops``), an imported name
 (``lowered._backend_id``, ``getattr(op, "_schema")``), a logger or module
 named by a string (``"torch.utils._pytree"``), or a method a class of ours
 overrides.  Every ``.py`` under ``coreai_partitioner/`` and ``backends/``
-but ``_compat.py`` is read as source; an attribute is private to another
+but those of ``_compat/`` is read as source; an attribute is private to another
 package when no module of ours defines the name.  ATen and edge operator
 names (``torch.ops.aten._to_copy``) are operator schemas' names, not Python
 ones, and are allowed.
@@ -24,9 +24,9 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPAT = ROOT / "coreai_partitioner" / "_compat.py"
+COMPAT = ROOT / "coreai_partitioner" / "_compat"
 FOREIGN = ("torch", "executorch", "coreai_torch", "coreai", "transformers")
-FILES = sorted(p for folder in ("coreai_partitioner", "backends") for p in (ROOT / folder).rglob("*.py") if p != COMPAT)
+FILES = sorted(p for folder in ("coreai_partitioner", "backends") for p in (ROOT / folder).rglob("*.py") if COMPAT not in p.parents)
 DOTTED_FOREIGN = re.compile(rf"({'|'.join(FOREIGN)})(\.\w+)+")
 IDENTIFIER = re.compile(r"_[A-Za-z]\w*")
 #: Dependencies a module of ours may need that the test environment need not have.
@@ -141,7 +141,7 @@ def test_no_module_outside_compat_reaches_a_private_name_of_another_package():
     trees = parsed()
     ours = our_names(trees)
     found = [line for path, tree in trees.items() for line in reaches(path, tree, ours)]
-    assert found == [], "reach these through coreai_partitioner/_compat.py:\n" + "\n".join(found)
+    assert found == [], "reach these through coreai_partitioner/_compat/:\n" + "\n".join(found)
 
 
 def test_the_scan_finds_each_kind_of_private_reach_and_allows_operator_names():

@@ -36,6 +36,7 @@ setup(
         "coreai_partitioner.image_text_to_text",
         "coreai_partitioner.image_text_to_text.families",
         "coreai_partitioner.speech_recognition",
+        "coreai_partitioner.text_to_speech",
         "coreai_partitioner.seq2seq",
         "coreai_partitioner.text2text",
         "coreai_partitioner.text_encoder",

@@ -31,6 +31,9 @@ def to_aten(program: ExportedProgram) -> ExportedProgram:
     for node in program.graph.nodes:
         if node.op == "call_function":
             node.target = _compat.aten_op(node.target)
+            functional = _compat.functional_copy_op(node.target)  # an ATen *_copy view op (upstream's pass: edge ones)
+            if functional is not None and _compat.is_coreai_supported_target(functional):
+                node.target = functional
     program.graph_module.recompile()
     return program
 

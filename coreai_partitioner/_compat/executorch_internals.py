@@ -89,10 +89,23 @@ def aten_op(target: Any) -> Any:
     return target._op if isinstance(target, _executorch("EdgeOpOverload")) else target
 
 
+def functional_copy_op(target: Any) -> Any:
+    """The functional ATen overload of a ``*_copy`` view op, edge or ATen (``view_copy.default`` -> ``view.default``),
+    or None.  Upstream's ``functional_aten_op`` maps only edge ops; a program partitioned on ATen IR has ATen ones
+    where functionalization could not keep a view (a view of a permuted tensor)."""
+    op_name, _, overload = getattr(aten_op(target), "__name__", "").partition(".")
+    if not op_name.endswith("_copy") or op_name == "_to_copy":
+        return None
+    import torch
+
+    packet = getattr(torch.ops.aten, op_name[: -len("_copy")], None)
+    return getattr(packet, overload or "default", None) if packet is not None else None
+
+
 def converted_op(target: Any) -> Any:
-    """The ATen overload coreai-torch converts for ``target``: an edge ``*_copy`` op's functional form
+    """The ATen overload coreai-torch converts for ``target``: a ``*_copy`` op's functional form
     (``squeeze_copy.dims`` is converted as ``squeeze.dims``), else :func:`aten_op`."""
-    return _executorch("functional_aten_op")(target) or aten_op(target)
+    return functional_copy_op(target) or aten_op(target)
 
 
 def set_backend_id(lowered: Any, backend_id: str) -> None:

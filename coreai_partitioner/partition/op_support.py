@@ -67,6 +67,15 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
             return False  # a delegate cannot return it: the scalar stays with its readers, outside
         if _has_symbolic_scalar(node):
             return self._supports_symbolic(node)
+        functional = _compat.functional_copy_op(node.target)
+        if functional is not None and not _compat.is_coreai_supported_target(node.target):
+            # an ATen *_copy view op (a program partitioned on ATen IR): judged as the functional op the backend
+            # converts it as (backends/apple_coreai/asset.py), as upstream judges an edge one
+            original, node.target = node.target, functional
+            try:
+                return super().is_node_supported(submodules, node)
+            finally:
+                node.target = original
         return super().is_node_supported(submodules, node)
 
     def _refuse(self, node: torch.fx.Node, reason: str) -> None:

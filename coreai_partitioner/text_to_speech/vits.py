@@ -1,0 +1,218 @@
+"""transformers' ``VitsModel`` (MMS-TTS) as two methods split where the length becomes data-dependent.
+
+``VitsModel.forward`` encodes the tokens, predicts each token's duration,
+expands the text to that many spectrogram frames, and decodes the frames to a
+waveform: the frame count is a value the model computes, so the program
+cannot know its sizes.  Split there, every size is an input's:
+
+- :class:`Durations`, ``durations(input_ids [1, T], attention_mask [1, T],
+  duration_noise [1, 2, T]) -> (durations [1, T], prior_means [1, T, C],
+  prior_log_variances [1, T, C])``: the text encoder and the duration
+  predictor (the stochastic one's noise an input, not drawn inside), ``T``
+  fixed at ``max_tokens``: the ids padded, their mask saying which are
+  (transformers' relative-position attention branches on the length against
+  its window, which no symbolic ``T`` survives); a padded token lasts 0 frames;
+- :class:`Frames`, ``decoder(durations, prior_means, prior_log_variances,
+  noise [1, C, F]) -> waveform [1, F * hop]``: each token's prior repeated
+  over its frames, the flow run backwards and the HiFi-GAN decoder, ``F``
+  (the sum of the durations, at least 1) bounded-dynamic up to ``max_frames``.
+
+:func:`synthesize` is the loop between them; drawing the two noises from one
+``torch.manual_seed(seed)`` in the order ``VitsModel.forward`` draws them, it
+gives the waveform ``transformers.set_seed(seed); model(input_ids)`` gives.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+#: The methods of the ``.pte``, in the order a run calls them.
+METHODS = ("durations", "decoder")
+
+
+class UnsupportedVits(ValueError):
+    """A ``VitsModel`` this export does not take; names the field and the fix."""
+
+
+def check_model(model: nn.Module) -> None:
+    """Refuse, before any export work, what the two methods do not carry: several speakers."""
+    config = model.config
+    if config.num_speakers > 1:
+        raise UnsupportedVits(
+            f"vits: num_speakers={config.num_speakers}; the text-to-speech export takes a single-speaker checkpoint "
+            "(MMS-TTS's are): a speaker embedding is not an input of its methods yet"
+        )
+
+
+class Durations(nn.Module):
+    """``VitsModel``'s text encoder and duration predictor; the stochastic predictor's noise is an input."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        check_model(model)
+        self.text_encoder = model.text_encoder
+        self.duration_predictor = model.duration_predictor
+        self.stochastic = bool(model.config.use_stochastic_duration_prediction)
+        self.noise_scale_duration = float(model.noise_scale_duration)
+        self.length_scale = 1.0 / float(model.speaking_rate)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, duration_noise: torch.Tensor):
+        mask = attention_mask.unsqueeze(-1).to(self.text_encoder.embed_tokens.weight.dtype)
+        encoded = self.text_encoder(
+            input_ids=input_ids, padding_mask=mask, attention_mask=attention_mask, return_dict=True
+        )
+        hidden = encoded.last_hidden_state.transpose(1, 2)
+        mask = mask.transpose(1, 2)
+        if self.stochastic:
+            log_duration = self._stochastic(hidden, mask, duration_noise)
+        else:
+            log_duration = self.duration_predictor(hidden, mask, None)
+        durations = torch.ceil(torch.exp(log_duration) * mask * self.length_scale)
+        return durations[:, 0], encoded.prior_means, encoded.prior_log_variances
+
+    def _stochastic(self, hidden: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """``VitsStochasticDurationPredictor.forward(..., reverse=True)`` with ``noise`` for its ``torch.randn``."""
+        predictor = self.duration_predictor
+        inputs = predictor.conv_pre(hidden)
+        inputs = predictor.conv_dds(inputs, mask)
+        inputs = predictor.conv_proj(inputs) * mask
+        flows = list(reversed(predictor.flows))
+        flows = flows[:-2] + [flows[-1]]  # as transformers: the last-but-one flow is left out in reverse
+        latents = noise * self.noise_scale_duration
+        for flow in flows:
+            latents = torch.flip(latents, [1])
+            latents, _ = flow(latents, mask, global_conditioning=inputs, reverse=True)
+        return latents[:, :1]
+
+
+class Frames(nn.Module):
+    """Each token's prior over its frames, ``VitsModel``'s flow backwards and its HiFi-GAN decoder: the waveform."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        check_model(model)
+        self.flow = model.flow
+        self.decoder = model.decoder
+        self.noise_scale = float(model.noise_scale)
+
+    def forward(self, durations, prior_means, prior_log_variances, noise):
+        frames = torch.arange(noise.shape[-1], dtype=durations.dtype).unsqueeze(0)  # [1, F]
+        ends = torch.cumsum(durations, -1).unsqueeze(-1)  # [1, T, 1]
+        # token t covers frames [end of t - 1, end of t): as VitsModel's path, a difference of two prefixes
+        covered = (frames < ends).to(prior_means.dtype)  # [1, T, F]
+        path = covered - nn.functional.pad(covered, [0, 0, 1, 0])[:, :-1]
+        means = torch.matmul(path.transpose(1, 2), prior_means).transpose(1, 2)  # [1, C, F]
+        log_variances = torch.matmul(path.transpose(1, 2), prior_log_variances).transpose(1, 2)
+        latents = means + noise * torch.exp(log_variances) * self.noise_scale
+        mask = torch.ones_like(noise[:, :1])
+        latents = self.flow(latents, mask, None, reverse=True)
+        return self.decoder(latents * mask, None).reshape(1, -1)  # [1, F * hop]; the converter loses the static batch of squeeze(1)
+
+
+def hop_length(model: nn.Module) -> int:
+    """Waveform samples per spectrogram frame: the product of the decoder's upsampling rates."""
+    return math.prod(model.config.upsample_rates)
+
+
+def lower_vits(model: nn.Module, *, max_tokens: int = 256, max_frames: int = 4096, **partitioner_options: Any):
+    """Both methods lowered to one ``.pte`` (one asset, :func:`~coreai_partitioner.lowering.methods.lower_method_modules`),
+    ``T`` fixed at ``max_tokens`` and ``F`` from 1 to ``max_frames``; the ``EdgeProgramManager``.
+
+    Constant methods tell the loop what it needs: ``get_sampling_rate``, ``get_hop_length``,
+    ``get_noise_channels`` (C), ``get_max_tokens``, ``get_max_frames``, ``get_duration_noise`` (1 where the
+    duration predictor is the stochastic one, which draws noise).
+    """
+    from coreai_partitioner.lowering.methods import lower_method_modules
+
+    check_model(model)
+    config = model.config
+    channels = config.flow_size
+    if max_tokens < 1 or max_frames < 5:
+        raise UnsupportedVits(f"vits: max_tokens={max_tokens}, max_frames={max_frames}; give at least 1 and 5")
+    frames_dim = torch.export.Dim("F", min=1, max=max_frames)
+    samples = {
+        "durations": (
+            torch.ones(1, max_tokens, dtype=torch.long), torch.ones(1, max_tokens, dtype=torch.long),
+            torch.zeros(1, 2, max_tokens),
+        ),
+        "decoder": (
+            torch.ones(1, max_tokens), torch.zeros(1, max_tokens, channels), torch.zeros(1, max_tokens, channels),
+            torch.zeros(1, channels, 4),
+        ),
+    }
+    dynamic_shapes = {"durations": None, "decoder": (None, None, None, {2: frames_dim})}
+    constants = {
+        "get_sampling_rate": int(config.sampling_rate),
+        "get_hop_length": hop_length(model),
+        "get_noise_channels": channels,
+        "get_max_tokens": max_tokens,
+        "get_max_frames": max_frames,
+        "get_duration_noise": int(bool(config.use_stochastic_duration_prediction)),  # whether VitsModel draws it
+    }
+    modules = {"durations": Durations(model).eval(), "decoder": Frames(model).eval()}
+    return lower_method_modules(
+        modules, samples, device=False, constant_methods=constants, dynamic_shapes=dynamic_shapes, **partitioner_options
+    )
+
+
+class VitsProgram:
+    """A text-to-speech ``.pte`` (methods ``durations`` and ``decoder``) loaded in ExecuTorch's runtime, its Core AI
+    delegates on this package's host backend; the program is held as long as its methods run."""
+
+    def __init__(self, pte: str | os.PathLike) -> None:
+        from coreai_partitioner.backends.apple_coreai.runtime import host
+
+        self.path = Path(pte)
+        self.program = host.load_program(self.path)
+        missing = set(METHODS) - set(self.program.method_names)
+        if missing:
+            raise ValueError(
+                f"{self.path}: no method {', '.join(sorted(missing))}; it has {', '.join(sorted(self.program.method_names))}: "
+                "export a text-to-speech checkpoint (python -m coreai_partitioner export --checkpoint DIR)"
+            )
+        self.methods = {name: self.program.load_method(name) for name in METHODS}
+
+    def constant(self, name: str) -> int:
+        return int(self.program.load_method(name).execute([])[0])
+
+    def run(self, method: str, inputs: tuple) -> list[torch.Tensor]:
+        return list(self.methods[method].execute(list(inputs)))
+
+
+def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
+    """The waveform ``[samples]`` of ``input_ids`` through ``program``.
+
+    The noises are drawn from ``torch.manual_seed(seed)`` in ``VitsModel.forward``'s order, so the waveform is the one
+    ``transformers.set_seed(seed); model(input_ids)`` gives (and the same ``seed`` the same speech).
+    """
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    count, most = ids.shape[1], program.constant("get_max_tokens")
+    if not 1 <= count <= most:
+        raise ValueError(f"{count} token id(s); {program.path} takes 1 to {most}: export it with a larger --max-tokens")
+    torch.manual_seed(seed)
+    # VitsModel's deterministic duration predictor draws nothing; the stochastic one draws first
+    duration_noise = torch.randn(1, 2, count) if program.constant("get_duration_noise") else torch.zeros(1, 2, count)
+    padded = (0, most - count)
+    inputs = (
+        nn.functional.pad(ids, padded), nn.functional.pad(torch.ones_like(ids), padded),
+        nn.functional.pad(duration_noise, padded),
+    )
+    durations, means, log_variances = program.run("durations", inputs)
+    frames = max(1, int(durations.sum()))
+    max_frames = program.constant("get_max_frames")
+    if frames > max_frames:
+        raise ValueError(
+            f"the durations add up to {frames} frames; {program.path} decodes at most {max_frames}: export it with a "
+            "larger --max-frames, or give fewer tokens"
+        )
+    # as VitsModel draws it: randn_like of its prior, a transposed [1, F, C] (torch fills a strided tensor element by
+    # element, other numbers than a contiguous one's from the same seed)
+    noise = torch.randn_like(torch.empty(1, frames, program.constant("get_noise_channels")).transpose(1, 2))
+    inputs = tuple(t.contiguous() for t in (durations, means, log_variances, noise))  # the runtime's views, laid out
+    return program.run("decoder", inputs)[0][0]

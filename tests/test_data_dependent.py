@@ -48,8 +48,19 @@ def _arange_of_unbounded_item(x, n):
     return torch.arange(k, dtype=torch.float32) * 2 + (x * 3).sum()
 
 
+def _masked_write(x):
+    # transformers' VITS spline: the elements a mask picks written through it (index_put with a data-dependent count,
+    # whose values' shape the claim compares with the indexed shape without a guard)
+    inside = x.abs() <= 1
+    out = torch.zeros_like(x)
+    out[inside] = x[inside] * 2
+    out[~inside] = x[~inside]
+    return out
+
+
 #: name -> (model, sample, the op left outside)
 CASES = {
+    "boolean-mask write": (Op(_masked_write), (torch.randn(2, 3, 4),), "aten.index_put.default"),
     "boolean-mask indexing": (Op(_masked_sum), (torch.randn(2, 3, 4),), "aten.index.Tensor"),
     "nonzero": (Op(_nonzero), (torch.randn(4, 5),), "aten.nonzero.default"),
     "arange sized by item()": (Op(_arange_of_item), (torch.randn(3), torch.tensor(5)), "aten.arange.start_step"),

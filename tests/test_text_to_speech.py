@@ -11,17 +11,14 @@ pytestmark = pytest.mark.slow
 
 
 def tiny_vits(**overrides):
-    transformers = require("transformers", "hf")
-    config = transformers.VitsConfig(
-        vocab_size=12, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, window_size=2, ffn_dim=8,
-        flow_size=4, spectrogram_bins=5, upsample_initial_channel=8, upsample_rates=[2], upsample_kernel_sizes=[4],
-        resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1]], prior_encoder_num_flows=1,
-        prior_encoder_num_wavenet_layers=1, posterior_encoder_num_wavenet_layers=1, duration_predictor_num_flows=1,
-        duration_predictor_filter_channels=8, depth_separable_num_layers=1, duration_predictor_flow_bins=2,
-        **overrides,
-    )
-    torch.manual_seed(0)
-    return transformers.VitsModel(config).eval()
+    """The package's tiny VITS (``--config vits``: two conv flows, so the spline runs), ``overrides`` on its config."""
+    require("transformers", "hf")
+    from coreai_partitioner.text_to_speech.tiny import tiny_config, tiny_model
+
+    config = tiny_config()
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return tiny_model(config)
 
 
 def reference(model, ids: list[int], seed: int):
@@ -71,8 +68,10 @@ def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, s
 def test_a_multi_speaker_vits_is_refused_naming_num_speakers_before_export():
     from coreai_partitioner.text_to_speech import UnsupportedVits, lower_vits
 
+    model = tiny_vits()
+    model.config.num_speakers = 2
     with pytest.raises(UnsupportedVits, match="num_speakers=2"):
-        lower_vits(tiny_vits(num_speakers=2, speaker_embedding_size=4))
+        lower_vits(model)
 
 
 def test_too_many_frames_for_the_pte_is_refused_naming_max_frames(tmp_path):
@@ -81,4 +80,39 @@ def test_too_many_frames_for_the_pte_is_refused_naming_max_frames(tmp_path):
 
     program = VitsProgram(save_pte(lower_vits(tiny_vits(), max_tokens=12, max_frames=5), tmp_path / "vits.pte"))
     with pytest.raises(ValueError, match="--max-frames"):
-        synthesize(program, [1, 5, 2, 7, 3, 4], seed=3)
+        synthesize(program, [1, 5, 2, 7, 3, 4, 9, 9, 2], seed=3)
+    with pytest.raises(ValueError, match="--max-tokens"):
+        synthesize(program, list(range(12)) + [1], seed=3)
+
+
+def test_export_writes_a_pte_that_generate_speech_turns_into_vits_waveform_as_a_wav(tmp_path):
+    """The command line: ``export --config vits --verify`` (detected by the config's VitsModel head), then
+    ``generate-speech`` writes a 16-bit WAV at the model's sampling rate holding VitsModel's waveform at that seed."""
+    import wave
+
+    from coreai_partitioner.cli.main import main
+
+    pte, wav = tmp_path / "model.pte", tmp_path / "speech.wav"
+    assert main(["export", "--config", "vits", "--verify", "--max-tokens", "12", "--max-frames", "128", "--out", str(pte)]) == 0
+    ids = [1, 5, 2, 7, 3, 4]
+    assert main(["generate-speech", str(pte), "--ids", ",".join(map(str, ids)), "--seed", "3", "--out", str(wav)]) == 0
+    expected, _ = reference(tiny_vits(), ids, 3)
+    with wave.open(str(wav)) as file:
+        assert (file.getframerate(), file.getnchannels(), file.getsampwidth()) == (16000, 1, 2)
+        written = torch.frombuffer(bytearray(file.readframes(file.getnframes())), dtype=torch.int16)
+    pcm = (expected.clamp(-1, 1) * 32767).round()
+    assert written.shape == pcm.shape and (written.float() - pcm).abs().max() <= 2  # the runtime's last bit, at most
+
+
+def test_text_to_speech_refuses_fp16_and_a_multi_speaker_checkpoint_naming_the_flag_and_field(tmp_path, capsys):
+    from coreai_partitioner.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["export", "--config", "vits", "--dtype", "fp16", "--out", str(tmp_path / "m.pte")])
+    assert "--dtype fp16: text-to-speech exports fp32" in capsys.readouterr().err
+    config = tiny_vits().config
+    config.num_speakers, config.speaker_embedding_size = 2, 4
+    config.save_pretrained(tmp_path / "ckpt")
+    with pytest.raises(SystemExit):
+        main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--dry-run", "--out", str(tmp_path / "m.pte")])
+    assert "num_speakers=2" in capsys.readouterr().err

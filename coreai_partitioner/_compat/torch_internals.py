@@ -247,3 +247,4 @@ def t5_relative_position_bucket(attention: Any, relative: torch.Tensor, *, bidir
         num_buckets=attention.relative_attention_num_buckets,
         max_distance=attention.relative_attention_max_distance,
     )
+

@@ -1,5 +1,6 @@
 """``python -m coreai_partitioner verify|inspect MODEL.pte``, ``export`` (any task, :mod:`coreai_partitioner.cli.export`),
-``export-llm`` (its ``text-generation`` task) and ``export-optimum`` (optimum-executorch with the coreai recipes)."""
+``export-llm`` (its ``text-generation`` task), ``export-optimum`` (optimum-executorch with the coreai recipes) and
+``generate-speech`` (a ``text-to-speech`` ``.pte`` to a WAV)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         return _verify(args)
     if args.command == "export-optimum":
         return _export_optimum(args)
+    if args.command == "generate-speech":
+        from coreai_partitioner.cli.tasks.text_to_speech import generate_speech
+
+        return generate_speech(args)
     return _inspect(args)
 
 
@@ -74,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     # the export command's --dtype and --max-context-len; its --max-seq-len (the cache length here) parses, deprecated
     flags.add(optimum_parser, ("--dtype", "--max-context-len"), flags.OPTIMUM_DEPRECATED,
               dtype=dict(type=flags.old_dtype), max_context_len=dict(default=2048))
+
+    from coreai_partitioner.cli.tasks import text_to_speech
+
+    text_to_speech.add_generate_command(commands)
     return parser
 
 

@@ -87,8 +87,74 @@ class Durations(nn.Module):
         latents = noise * self.noise_scale_duration
         for flow in flows:
             latents = torch.flip(latents, [1])
-            latents, _ = flow(latents, mask, global_conditioning=inputs, reverse=True)
+            if hasattr(flow, "num_bins"):  # a VitsConvFlow
+                latents = conv_flow_reverse(flow, latents, mask, inputs)
+            else:
+                latents, _ = flow(latents, mask, global_conditioning=inputs, reverse=True)
         return latents[:, :1]
+
+
+def conv_flow_reverse(flow: nn.Module, inputs: torch.Tensor, mask: torch.Tensor, conditioning: torch.Tensor) -> torch.Tensor:
+    """``VitsConvFlow.forward(..., reverse=True)`` with its spline on every element and ``torch.where`` for the
+    identity outside ``tail_bound``, where transformers gathers the elements inside by a boolean mask: a size only
+    the data decides, which no delegate takes (the same numbers: an element outside is its input either way)."""
+    first, second = torch.split(inputs, [flow.half_channels] * 2, dim=1)
+    hidden = flow.conv_pre(first)
+    hidden = flow.conv_dds(hidden, mask, conditioning)
+    hidden = flow.conv_proj(hidden) * mask
+    batch, channels, length = first.shape
+    hidden = hidden.reshape(batch, channels, -1, length).permute(0, 1, 3, 2)
+    scale = math.sqrt(flow.filter_channels)
+    widths = hidden[..., : flow.num_bins] / scale
+    heights = hidden[..., flow.num_bins : 2 * flow.num_bins] / scale
+    derivatives = hidden[..., 2 * flow.num_bins :]
+    bound = flow.tail_bound
+    inside = (second >= -bound) & (second <= bound)
+    splined = spline_reverse(second.clamp(-bound, bound), widths, heights, derivatives, bound)
+    second = torch.where(inside, splined, second)
+    return torch.cat([first, second], dim=1) * mask
+
+
+#: transformers' least bin width, height and derivative of VITS's splines.
+LEAST_BIN = 1e-3
+
+
+def spline_reverse(
+    inputs: torch.Tensor, widths: torch.Tensor, heights: torch.Tensor, derivatives: torch.Tensor, bound: float
+) -> torch.Tensor:
+    """transformers' ``_rational_quadratic_spline(..., reverse=True)`` inside ``[-bound, bound]``, each bin's values
+    picked by a one-hot sum where transformers gathers by an int64 bin index (which a Core AI delegate cannot carry:
+    it would leave the search and the gathers outside); the same numbers (a sum of one value and zeros)."""
+    bins = widths.shape[-1]
+    lower, span = -bound, 2 * bound
+
+    def edges(unnormalized: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        sizes = LEAST_BIN + (1 - LEAST_BIN * bins) * nn.functional.softmax(unnormalized, dim=-1)
+        inner = span * torch.cumsum(sizes, dim=-1)[..., :-1] + lower
+        ends = torch.cat([torch.full_like(inner[..., :1], lower), inner, torch.full_like(inner[..., :1], bound)], -1)
+        return ends, ends[..., 1:] - ends[..., :-1]
+
+    cumwidths, widths = edges(widths)
+    cumheights, heights = edges(heights)
+    tail = torch.full_like(derivatives[..., :1], math.log(math.expm1(1 - LEAST_BIN)))
+    derivatives = LEAST_BIN + nn.functional.softplus(torch.cat([tail, derivatives, tail], dim=-1))
+    locations = torch.cat([cumheights[..., :-1], cumheights[..., -1:] + 1e-6], dim=-1)
+    index = (inputs.unsqueeze(-1) >= locations).to(inputs.dtype).sum(-1, keepdim=True) - 1  # [..., 1], a float
+    one_hot = (index == torch.arange(bins, dtype=inputs.dtype)).to(inputs.dtype)  # [..., bins]
+
+    def pick(table: torch.Tensor) -> torch.Tensor:
+        return (table[..., :bins] * one_hot).sum(-1)
+
+    delta = heights / widths
+    input_delta, input_derivatives, input_heights = pick(delta), pick(derivatives), pick(heights)
+    intermediate1 = input_derivatives + pick(derivatives[..., 1:]) - 2 * input_delta
+    intermediate2 = inputs - pick(cumheights)
+    intermediate3 = intermediate2 * intermediate1
+    a = input_heights * (input_delta - input_derivatives) + intermediate3
+    b = input_heights * input_derivatives - intermediate3
+    c = -input_delta * intermediate2
+    root = (2 * c) / (-b - torch.sqrt(b.pow(2) - 4 * a * c))
+    return root * pick(widths) + pick(cumwidths)
 
 
 class Frames(nn.Module):
@@ -185,13 +251,9 @@ class VitsProgram:
         return list(self.methods[method].execute(list(inputs)))
 
 
-def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
-    """The waveform ``[samples]`` of ``input_ids`` through ``program``.
-
-    The noises are drawn from ``torch.manual_seed(seed)`` in ``VitsModel.forward``'s order, so the waveform is the one
-    ``transformers.set_seed(seed); model(input_ids)`` gives (and the same ``seed`` the same speech).
-    """
-    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+def _durations_call(program: VitsProgram, ids: torch.Tensor, seed: int) -> list[torch.Tensor]:
+    """``durations`` on ``ids`` padded to the program's length, its noise the first ``VitsModel.forward`` draws at
+    ``seed``; the generator left where ``VitsModel`` leaves it before its second draw."""
     count, most = ids.shape[1], program.constant("get_max_tokens")
     if not 1 <= count <= most:
         raise ValueError(f"{count} token id(s); {program.path} takes 1 to {most}: export it with a larger --max-tokens")
@@ -203,7 +265,23 @@ def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, see
         nn.functional.pad(ids, padded), nn.functional.pad(torch.ones_like(ids), padded),
         nn.functional.pad(duration_noise, padded),
     )
-    durations, means, log_variances = program.run("durations", inputs)
+    return program.run("durations", inputs)
+
+
+def durations_of(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
+    """Each token's duration in spectrogram frames (``[T]``), as ``VitsModel`` predicts it at ``seed``."""
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    return _durations_call(program, ids, seed)[0][0, : ids.shape[1]]
+
+
+def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
+    """The waveform ``[samples]`` of ``input_ids`` through ``program``.
+
+    The noises are drawn from ``torch.manual_seed(seed)`` in ``VitsModel.forward``'s order, so the waveform is the one
+    ``transformers.set_seed(seed); model(input_ids)`` gives (and the same ``seed`` the same speech).
+    """
+    ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
+    durations, means, log_variances = _durations_call(program, ids, seed)
     frames = max(1, int(durations.sum()))
     max_frames = program.constant("get_max_frames")
     if frames > max_frames:
@@ -216,3 +294,17 @@ def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, see
     noise = torch.randn_like(torch.empty(1, frames, program.constant("get_noise_channels")).transpose(1, 2))
     inputs = tuple(t.contiguous() for t in (durations, means, log_variances, noise))  # the runtime's views, laid out
     return program.run("decoder", inputs)[0][0]
+
+
+def write_wav(waveform: torch.Tensor, sampling_rate: int, path: str | os.PathLike) -> Path:
+    """``waveform`` (floats in [-1, 1]) as a 16-bit mono WAV at ``sampling_rate``; the path."""
+    import wave
+
+    path = Path(path)
+    pcm = (waveform.detach().float().clamp(-1, 1) * 32767).round().to(torch.int16)
+    with wave.open(str(path), "wb") as file:
+        file.setnchannels(1)
+        file.setsampwidth(2)
+        file.setframerate(int(sampling_rate))
+        file.writeframes(pcm.numpy().tobytes())
+    return path

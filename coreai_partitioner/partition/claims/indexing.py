@@ -27,12 +27,20 @@ def unsupported_index_put(node: torch.fx.Node) -> str | None:
         indexed = source[tuple(slice(None) if index is None else index for index in indices)]
     except Exception:  # noqa: BLE001 - an index the fake tensors cannot apply: judge nothing here
         return None
-    if tuple(values.shape) != tuple(indexed.shape):
+    if not _same_shape(values.shape, indexed.shape):
         return (
             f"values of shape {list(values.shape)} broadcast over indexed rows of shape {list(indexed.shape)}: "
             "the converter scatters them without the broadcast"
         )
     return None
+
+
+def _same_shape(a: torch.Size, b: torch.Size) -> bool:
+    """Whether two shapes are known equal: without a guard, so a data-dependent size (a boolean mask's count) that
+    cannot be shown equal is not (never a crash on an unbacked symbol)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return len(a) == len(b) and all(statically_known_true(x == y) for x, y in zip(a, b))
 
 
 @refuses(torch.ops.aten.index_put.default, torch.ops.aten.index_put_.default)

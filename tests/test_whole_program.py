@@ -57,3 +57,32 @@ def test_whole_program_lowering_runs_in_executorch_as_eager(argmax):
         assert_close(actual[0].numpy(), expected[0])
         if argmax:
             assert torch.equal(actual[1], expected[1])
+
+
+class _Conv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(64, 64, 7, padding=3)
+
+    def forward(self, x):
+        return torch.nn.functional.leaky_relu(self.conv(x)).reshape(1, 64, -1)
+
+
+@pytest.mark.slow
+def test_a_bounded_length_through_a_convolution_keeps_its_bound_in_the_written_program():
+    """ExecuTorch's spec propagation runs the delegate on fake tensors with their example's sizes, and a convolution's
+    oneDNN backend choice there narrowed a length bounded at 512 to 320: memory planned for 320, and a longer input
+    refused by the runtime.  Every task's tail writes the program with the bound it was exported with."""
+    from coreai_partitioner.lowering.methods import lower_method_modules
+
+    model = seeded(_Conv()).eval()
+    length = torch.export.Dim("L", min=1, max=512)
+    edge = lower_method_modules(
+        {"forward": model}, {"forward": (torch.zeros(1, 64, 4),)}, device=False, constant_methods={},
+        dynamic_shapes={"forward": ({2: length},)},
+    )
+    program = edge.to_executorch()
+    planned = [n for n in program.exported_program("forward").graph.nodes if n.op == "placeholder"][-1].meta["spec"]
+    assert list(planned.shape) == [1, 64, 512]
+    x = torch.randn(1, 64, 512)
+    assert_close(verify.run(program.buffer, x)[0].numpy(), model(x))

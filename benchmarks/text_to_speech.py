@@ -1,0 +1,120 @@
+"""Text-to-speech export and runtime: VITS (MMS-TTS's shape, random weights) to a .pte of ``durations`` and ``decoder``.
+
+    python benchmarks/text_to_speech.py                        # every row; writes benchmarks/results/text_to_speech.*
+    python benchmarks/text_to_speech.py --rows vits-tiny
+
+Each row is one process: build the model (``VitsConfig()``'s defaults are
+MMS-TTS's shape: 6 text-encoder layers of 192, 4 spline flows in the
+stochastic duration predictor, HiFi-GAN with a hop of 256 at 16 kHz; random
+weights, as no trained VITS is in the registry), lower it
+(``text_to_speech.lower_vits``), write the ``.pte``, then run the package's
+loop (``synthesize``) on seeded random ids in ExecuTorch's runtime: the
+median of ``--runs`` runs after one warm-up, against ``VitsModel`` itself at
+the same seed (SNR).  "x real time" is the runtime's seconds over the audio's
+seconds.  The Core AI delegates run on coreai-core's Linux CPU runtime on
+this 2-core machine, not on a device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+#: row -> (config overrides, token ids per run, max tokens, max frames)
+ROWS = {
+    "vits-tiny": ("tiny", 12, 16, 512),
+    "vits-mms-shape": ({}, 48, 64, 2048),
+}
+COLUMNS = ("row", "lower s", "write s", "peak RSS GB", ".pte MB", "weights MB", "tokens", "audio s", "run s",
+           "x real time", "SNR dB")
+
+
+def worker(name: str, runs: int) -> dict:
+    import torch
+    from transformers import VitsConfig, VitsModel, set_seed
+
+    from coreai_partitioner import save_pte
+    from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech.tiny import tiny_config
+
+    overrides, count, max_tokens, max_frames = ROWS[name]
+    config = tiny_config() if overrides == "tiny" else VitsConfig(**overrides)
+    torch.manual_seed(0)
+    model = VitsModel(config).eval()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    ids = torch.randint(0, config.vocab_size, (count,), generator=torch.Generator().manual_seed(1)).tolist()
+    with torch.no_grad():
+        set_seed(0)
+        expected = model(torch.tensor([ids])).waveform[0]
+    started = time.perf_counter()
+    edge = lower_vits(model, max_tokens=max_tokens, max_frames=max_frames)
+    lowered = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as directory:
+        started = time.perf_counter()
+        pte = save_pte(edge, Path(directory) / "vits.pte")
+        written = time.perf_counter() - started
+        size = pte.stat().st_size
+        del edge
+        program = VitsProgram(pte)
+        waveform = synthesize(program, ids, seed=0)  # warm-up
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            waveform = synthesize(program, ids, seed=0)
+            seconds.append(time.perf_counter() - started)
+    audio = waveform.numel() / config.sampling_rate
+    run = statistics.median(seconds)
+    same = waveform.shape == expected.shape
+    snr = float(10 * torch.log10(expected.pow(2).sum() / (expected - waveform).pow(2).sum())) if same else float("nan")
+    return {
+        "row": name, "lower s": round(lowered, 1), "write s": round(written, 1),
+        "peak RSS GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        ".pte MB": round(size / 1e6, 1), "weights MB": round(weights / 1e6, 1), "tokens": count,
+        "audio s": round(audio, 2), "run s": round(run, 2), "x real time": round(run / audio, 2), "SNR dB": round(snr, 1),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(r[c]).ljust(w) for c, w in zip(COLUMNS, widths)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.runs)))
+        return
+    rows = []
+    for name in args.rows:
+        done = subprocess.run([sys.executable, __file__, "--worker", name, "--runs", str(args.runs)],
+                              capture_output=True, text=True, check=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"{name}: done", file=sys.stderr)
+    header = (f"python benchmarks/text_to_speech.py --rows {' '.join(args.rows)} --runs {args.runs}   "
+              f"(one run, {time.strftime('%Y-%m-%d')}, coreai-core's Linux CPU runtime, 2 cores; fp32, random weights)")
+    text = header + "\n\n" + table(rows) + "\n"
+    print(text)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "text_to_speech.txt").write_text(text)
+    (args.results / "text_to_speech.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

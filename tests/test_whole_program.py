@@ -86,3 +86,13 @@ def test_a_bounded_length_through_a_convolution_keeps_its_bound_in_the_written_p
     assert list(planned.shape) == [1, 64, 512]
     x = torch.randn(1, 64, 512)
     assert_close(verify.run(program.buffer, x)[0].numpy(), model(x))
+
+
+@pytest.mark.slow
+def test_save_pte_of_lower_keeps_a_bounded_length_through_a_convolution(tmp_path):
+    from coreai_partitioner import lower, save_pte
+
+    model = seeded(_Conv()).eval()
+    path = save_pte(lower(model, (torch.zeros(1, 64, 4),), dynamic_shapes=({2: torch.export.Dim("L", min=1, max=512)},)), tmp_path / "m.pte")
+    x = torch.randn(1, 64, 512)
+    assert_close(verify.run(path, x)[0].numpy(), model(x))

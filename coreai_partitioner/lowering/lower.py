@@ -244,12 +244,14 @@ def to_executorch(lowered: Any, config: Any = None, *, kept: Sequence[str] = ())
     ``ExecutorchProgramManager``) is returned as it is.
     """
     from coreai_partitioner.lowering.external_data import executorch_config, external_data_tags
+    from coreai_partitioner.lowering.whole_program import bounds_kept
 
     if not hasattr(lowered, "to_executorch"):
         return lowered
     tags = external_data_tags(lowered)
-    if not tags:
+    if tags:
+        if config is None and hasattr(lowered, "default_executorch_config"):
+            config = lowered.default_executorch_config()
+        config = executorch_config(config, tag=next(iter(sorted(tags))), kept=kept)
+    with bounds_kept():  # lower()'s program too: a bounded length through a convolution keeps its bound
         return lowered.to_executorch(config)
-    if config is None and hasattr(lowered, "default_executorch_config"):
-        config = lowered.default_executorch_config()
-    return lowered.to_executorch(executorch_config(config, tag=next(iter(sorted(tags))), kept=kept))

@@ -69,12 +69,21 @@ class WholeProgramManager(EdgeProgramManager):
         return self._executorch_config() if self._executorch_config is not None else None
 
     def to_executorch(self, config: Any = None) -> Any:
-        # ExecuTorch's spec propagation runs each delegate's graph on fake tensors whose symbolic sizes carry their
-        # example's value; a convolution there asks oneDNN's backend choice, which compares its sizes and narrows a
-        # bounded-dynamic length to what that choice saw (a VITS decoder's frames: 2048 to 10), and memory is then
-        # planned for 10.  With oneDNN off the choice compares nothing; nothing is computed here either way.
-        with torch.backends.mkldnn.flags(enabled=False):
+        with bounds_kept():
             return super().to_executorch(config if config is not None else self.default_executorch_config())
+
+
+def bounds_kept() -> Any:
+    """A context for ``to_executorch`` in which a bounded-dynamic size keeps its bound.
+
+    ExecuTorch's spec propagation runs each delegate's graph on fake tensors
+    whose symbolic sizes carry their example's value; a convolution there asks
+    oneDNN's backend choice, which compares its sizes and narrows the bound to
+    what that choice saw (a Conv1d's 512 to 320, a VITS decoder's frames 2048
+    to 10), and memory is then planned for that.  With oneDNN off the choice
+    compares nothing; nothing is computed here either way.
+    """
+    return torch.backends.mkldnn.flags(enabled=False)
 
 
 def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:

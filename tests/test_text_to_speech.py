@@ -116,3 +116,11 @@ def test_text_to_speech_refuses_fp16_and_a_multi_speaker_checkpoint_naming_the_f
     with pytest.raises(SystemExit):
         main(["export", "--checkpoint", str(tmp_path / "ckpt"), "--dry-run", "--out", str(tmp_path / "m.pte")])
     assert "num_speakers=2" in capsys.readouterr().err
+
+
+def test_a_dry_run_names_both_methods_and_their_limits_without_lowering(tmp_path, capsys):
+    from coreai_partitioner.cli.main import main
+
+    assert main(["export", "--config", "vits", "--dry-run", "--max-tokens", "32", "--out", str(tmp_path / "m.pte")]) == 0
+    said = capsys.readouterr().out
+    assert "durations(input_ids [1, 32]" in said and "F <= 4096" in said and not (tmp_path / "m.pte").exists()

@@ -25,10 +25,12 @@ re-runs the delegate's program on fake tensors once per pass.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import operator
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -73,7 +75,8 @@ class WholeProgramManager(EdgeProgramManager):
             return super().to_executorch(config if config is not None else self.default_executorch_config())
 
 
-def bounds_kept() -> Any:
+@contextlib.contextmanager
+def bounds_kept() -> Iterator[None]:
     """A context for ``to_executorch`` in which a bounded-dynamic size keeps its bound.
 
     ExecuTorch's spec propagation runs each delegate's graph on fake tensors
@@ -81,9 +84,13 @@ def bounds_kept() -> Any:
     oneDNN's backend choice, which compares its sizes and narrows the bound to
     what that choice saw (a Conv1d's 512 to 320, a VITS decoder's frames 2048
     to 10), and memory is then planned for that.  With oneDNN off the choice
-    compares nothing; nothing is computed here either way.
+    compares nothing; nothing is computed here either way.  (Setting the flags
+    warns about TF32 on Intel GPUs, which nothing here uses: not shown.)
     """
-    return torch.backends.mkldnn.flags(enabled=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="TF32 acceleration on top of oneDNN")
+        with torch.backends.mkldnn.flags(enabled=False):
+            yield
 
 
 def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:

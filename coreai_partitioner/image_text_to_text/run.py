@@ -168,7 +168,7 @@ def generate(
     """ExecuTorch's own ``MultimodalRunner`` on ``pte`` (Core AI delegates on the host backend; with the ``.ptd``
     beside it, if any): its greedy output after ``segments``, one piece per generated token, the first being the
     prefill's."""
-    from coreai_partitioner import load_runtime_backend
+    from coreai_partitioner.backends.apple_coreai.runtime.host import load_runtime_backend
     from coreai_partitioner.backends.apple_coreai.runtime.pte import data_file_of
     from coreai_partitioner.console import NativeStreams
 

@@ -108,7 +108,7 @@ def reference(
 def program_logits(program: Any, reference: Reference, shapes: DecoderShapes) -> torch.Tensor:
     """The program's logits where :attr:`Reference.logits` are: the prompt from an empty cache, then the
     reference's tokens one a call.  ``program`` is what ``verify.run`` takes."""
-    from coreai_partitioner import verify
+    import coreai_partitioner.verify as verify
 
     rows = [prefill(program, reference.prompt, shapes)[0]]
     position = len(reference.prompt)

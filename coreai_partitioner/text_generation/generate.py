@@ -80,7 +80,7 @@ def check_call(tokens: torch.Tensor, shapes: DecoderShapes) -> None:
 
 def eos_ids_of(program: Any) -> tuple[int, ...]:
     """The EOS ids a ``.pte`` gives ExecuTorch's runner (its ``get_eos_ids`` method; none if it has none)."""
-    from coreai_partitioner import verify
+    import coreai_partitioner.verify as verify
 
     try:
         return tuple(int(i) for i in verify.run(program, method="get_eos_ids"))
@@ -91,7 +91,7 @@ def eos_ids_of(program: Any) -> tuple[int, ...]:
 def prefill(program: Any, prompt: list[int], shapes: DecoderShapes) -> torch.Tensor:
     """``prompt`` fed to a lowered decoder from an empty cache, one call per chunk (:func:`prefill_calls`); the
     last call's logits.  ``program`` is what ``verify.run`` takes."""
-    from coreai_partitioner import verify
+    import coreai_partitioner.verify as verify
 
     verify.reset_state(program)
     for chunk, positions, _ in prefill_calls(prompt, 0, shapes):
@@ -135,7 +135,7 @@ def greedy_decode(
     Starts from an empty cache.  ``program`` is what ``verify.run`` takes
     (the lowered program, its ``to_executorch()``, a ``.pte``).
     """
-    from coreai_partitioner import verify
+    import coreai_partitioner.verify as verify
 
     if not prompt:
         raise ValueError("the prompt is empty; give at least one token")

@@ -62,7 +62,7 @@ class Runner:
     """
 
     def __init__(self, pte: str | os.PathLike, tokenizer: str | os.PathLike, data_path: str | os.PathLike | None = None) -> None:
-        from coreai_partitioner import load_runtime_backend
+        from coreai_partitioner.backends.apple_coreai.runtime.host import load_runtime_backend
         from coreai_partitioner.backends.apple_coreai.runtime.pte import data_file_of
 
         with NativeStreams():  # pytorch_tokenizers logs a line from C++ when it loads

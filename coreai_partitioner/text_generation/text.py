@@ -109,7 +109,7 @@ def generate_text(
     softmax of ``logits / temperature`` (seeded).  ``on_text`` receives the
     text as it comes, whole characters only.  Stops at the ``.pte``'s EOS ids.
     """
-    from coreai_partitioner import verify
+    import coreai_partitioner.verify as verify
 
     chunks: list[str] = []
 
@@ -150,7 +150,7 @@ def generate_text(
 
 def runner_shapes(pte: Any) -> DecoderShapes:
     """The :class:`~.export.DecoderShapes` a ``.pte`` was built for, read from its runner metadata."""
-    from coreai_partitioner import verify
+    import coreai_partitioner.verify as verify
 
     def value(name: str) -> int:
         return int(verify.run(pte, method=name)[0])

@@ -27,11 +27,12 @@ def to_aten(program: ExportedProgram) -> ExportedProgram:
     Upstream deep-copies the program (weights included) first; the backend
     hands this a copy of the graph only.  Node names are kept.
     """
-    _compat.ReplaceCopyOpsWithFunctionalPass()(program.graph_module)
     for node in program.graph.nodes:
         if node.op == "call_function":
             node.target = _compat.aten_op(node.target)
-            functional = _compat.functional_copy_op(node.target)  # an ATen *_copy view op (upstream's pass: edge ones)
+            # a *_copy view op, edge or ATen, as the functional op coreai-torch converts (upstream's
+            # ReplaceCopyOpsWithFunctionalPass maps only edge ones)
+            functional = _compat.functional_copy_op(node.target)
             if functional is not None and _compat.is_coreai_supported_target(functional):
                 node.target = functional
     program.graph_module.recompile()

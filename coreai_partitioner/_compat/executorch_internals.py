@@ -42,8 +42,6 @@ _EXECUTORCH = {
     "UpstreamOperatorSupport": (_PARTITIONER, "_OperatorsSupportedForCoreAIBackend"),
     "do_not_delegate": (_PARTITIONER, "do_not_delegate"),
     "is_coreai_supported_target": (_PARTITIONER, "is_coreai_supported_target"),
-    "ReplaceCopyOpsWithFunctionalPass": (f"{_APPLE}.passes.replace_copy_ops", "ReplaceCopyOpsWithFunctionalPass"),
-    "functional_aten_op": (f"{_APPLE}.passes.replace_copy_ops", "functional_aten_op"),
     "FileBackedData": ("executorch.exir._serialize._cord", "FileBackedData"),
     "NamedDataStore": ("executorch.exir._serialize._named_data_store", "NamedDataStore"),
     "_flatbuffer_to_program": ("executorch.exir._serialize._program", "_flatbuffer_to_program"),

@@ -40,11 +40,13 @@ COLUMNS = ("row", "lower s", "write s", "peak RSS GB", ".pte MB", "weights MB", 
 
 def worker(name: str, runs: int) -> dict:
     import torch
-    from transformers import VitsConfig, VitsModel, set_seed
+    from transformers import VitsConfig, VitsModel
 
     from coreai_partitioner import save_pte
     from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
     from coreai_partitioner.text_to_speech.tiny import tiny_config
+    from coreai_partitioner.text_to_speech.vits import reference
+    from coreai_partitioner.verify.fidelity import snr_psnr
 
     overrides, count, max_tokens, max_frames = ROWS[name]
     config = tiny_config() if overrides == "tiny" else VitsConfig(**overrides)
@@ -52,9 +54,7 @@ def worker(name: str, runs: int) -> dict:
     model = VitsModel(config).eval()
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     ids = torch.randint(0, config.vocab_size, (count,), generator=torch.Generator().manual_seed(1)).tolist()
-    with torch.no_grad():
-        set_seed(0)
-        expected = model(torch.tensor([ids])).waveform[0]
+    expected, _ = reference(model, ids, seed=0)
     started = time.perf_counter()
     edge = lower_vits(model, max_tokens=max_tokens, max_frames=max_frames)
     lowered = time.perf_counter() - started
@@ -74,7 +74,7 @@ def worker(name: str, runs: int) -> dict:
     audio = waveform.numel() / config.sampling_rate
     run = statistics.median(seconds)
     same = waveform.shape == expected.shape
-    snr = float(10 * torch.log10(expected.pow(2).sum() / (expected - waveform).pow(2).sum())) if same else float("nan")
+    snr = snr_psnr(waveform, expected)[0] if same else float("nan")
     return {
         "row": name, "lower s": round(lowered, 1), "write s": round(written, 1),
         "peak RSS GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),

@@ -23,24 +23,16 @@ def tiny_vits(**overrides):
 
 def reference(model, ids: list[int], seed: int):
     """VitsModel.forward's waveform and per-token durations at ``seed`` (its two noises drawn inside)."""
-    from transformers import set_seed
+    from coreai_partitioner.text_to_speech.vits import reference
 
-    durations = []
-    hook = model.duration_predictor.register_forward_hook(lambda module, args, out: durations.append(out))
-    try:
-        with torch.no_grad():
-            set_seed(seed)
-            waveform = model(torch.tensor([ids])).waveform[0]
-    finally:
-        hook.remove()
-    log_duration = durations[0]
-    return waveform, torch.ceil(torch.exp(log_duration) / model.speaking_rate)[0, 0]
+    return reference(model, ids, seed)
 
 
 @pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic-durations", "deterministic-durations"])
 def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, stochastic):
     from coreai_partitioner import save_pte
     from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech.vits import _durations_call
     from coreai_partitioner.verify.describe import outside_delegates
 
     model = tiny_vits(use_stochastic_duration_prediction=stochastic)
@@ -53,11 +45,7 @@ def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, s
     program = VitsProgram(save_pte(edge, tmp_path / "vits.pte"))
     for ids, seed in (([1, 5, 2, 7, 3, 4], 3), ([4, 1, 1, 9, 2, 6, 11, 3, 5], 7)):
         expected, expected_durations = reference(model, ids, seed)
-        padded = (0, 12 - len(ids))
-        durations = program.run("durations", (
-            torch.nn.functional.pad(torch.tensor([ids]), padded), torch.nn.functional.pad(torch.ones(1, len(ids), dtype=torch.long), padded),
-            torch.nn.functional.pad(torch.manual_seed(seed) and torch.randn(1, 2, len(ids)) * stochastic, padded),
-        ))[0][0]
+        durations = _durations_call(program, torch.tensor([ids]), seed)[0][0]  # padded to 12
         assert torch.equal(durations[: len(ids)], expected_durations) and not durations[len(ids) :].any()
         waveform = synthesize(program, ids, seed=seed)
         assert waveform.shape == expected.shape

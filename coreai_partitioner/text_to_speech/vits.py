@@ -41,8 +41,12 @@ class UnsupportedVits(ValueError):
 
 
 def check_model(model: nn.Module) -> None:
-    """Refuse, before any export work, what the two methods do not carry: several speakers."""
-    config = model.config
+    """Refuse, before any export work, what the two methods do not carry (:func:`check_config`)."""
+    check_config(model.config)
+
+
+def check_config(config: Any) -> None:
+    """Refuse, from the config alone, what the two methods do not carry: several speakers."""
     if config.num_speakers > 1:
         raise UnsupportedVits(
             f"vits: num_speakers={config.num_speakers}; the text-to-speech export takes a single-speaker checkpoint "
@@ -181,9 +185,25 @@ class Frames(nn.Module):
         return self.decoder(latents * mask, None).reshape(1, -1)  # [1, F * hop]; the converter loses the static batch of squeeze(1)
 
 
-def hop_length(model: nn.Module) -> int:
+def hop_length(config: Any) -> int:
     """Waveform samples per spectrogram frame: the product of the decoder's upsampling rates."""
-    return math.prod(model.config.upsample_rates)
+    return math.prod(config.upsample_rates)
+
+
+def reference(model: nn.Module, input_ids: list[int], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``VitsModel.forward``'s own waveform ``[samples]`` and per-token durations ``[T]`` at ``seed`` (its noises
+    drawn inside): what :func:`synthesize` and :func:`durations_of` give through a ``.pte`` at the same seed."""
+    from transformers import set_seed
+
+    seen = []
+    hook = model.duration_predictor.register_forward_hook(lambda module, args, out: seen.append(out))
+    try:
+        with torch.no_grad():
+            set_seed(seed)
+            waveform = model(torch.tensor([list(input_ids)])).waveform[0]
+    finally:
+        hook.remove()
+    return waveform, torch.ceil(torch.exp(seen[0]) / model.speaking_rate)[0, 0]
 
 
 def lower_vits(model: nn.Module, *, max_tokens: int = 256, max_frames: int = 4096, **partitioner_options: Any):
@@ -215,7 +235,7 @@ def lower_vits(model: nn.Module, *, max_tokens: int = 256, max_frames: int = 409
     dynamic_shapes = {"durations": None, "decoder": (None, None, None, {2: frames_dim})}
     constants = {
         "get_sampling_rate": int(config.sampling_rate),
-        "get_hop_length": hop_length(model),
+        "get_hop_length": hop_length(config),
         "get_noise_channels": channels,
         "get_max_tokens": max_tokens,
         "get_max_frames": max_frames,

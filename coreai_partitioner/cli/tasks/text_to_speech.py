@@ -77,7 +77,7 @@ def refusals() -> tuple[type[Exception], ...]:
 
 def settle(args: argparse.Namespace, config: Any) -> Plan:
     """A single-speaker VITS, fp32, the host form, limits the decoder can take."""
-    from coreai_partitioner.text_to_speech import UnsupportedVits
+    from coreai_partitioner.text_to_speech.vits import check_config
 
     host_form_only(NAME, args)
     if args.dtype != "fp32":
@@ -85,21 +85,17 @@ def settle(args: argparse.Namespace, config: Any) -> Plan:
             f"--dtype {args.dtype}: text-to-speech exports fp32 (a duration is the ceiling of the predictor's output, "
             "which fp16's rounding can move by a frame, and the waveform's length with it); leave out --dtype"
         )
-    if config.num_speakers > 1:
-        raise UnsupportedVits(
-            f"vits: num_speakers={config.num_speakers}; the text-to-speech export takes a single-speaker checkpoint "
-            "(MMS-TTS's are)"
-        )
+    check_config(config)
     if args.max_tokens < 1 or args.max_frames < 5:
         raise CommandError(f"--max-tokens {args.max_tokens} --max-frames {args.max_frames}: give at least 1 and 5")
     return Plan(args, config, runner_tokenizer=False)
 
 
 def dry_run(plan: Plan) -> None:
+    from coreai_partitioner.text_to_speech.vits import hop_length
+
     config, args = plan.config, plan.args
-    hop = 1
-    for rate in config.upsample_rates:
-        hop *= rate
+    hop = hop_length(config)
     print(f"VitsModel (vits): {config.num_hidden_layers} text-encoder layer(s), fp32, host form, {config.sampling_rate} Hz")
     print(f"  durations(input_ids [1, {args.max_tokens}], attention_mask, duration_noise [1, 2, {args.max_tokens}])")
     print(f"  decoder(durations, prior_means, prior_log_variances, noise [1, {config.flow_size}, F <= {args.max_frames}]) "
@@ -121,20 +117,11 @@ class SpeechReference:
 
 
 def reference(plan: Plan, model: torch.nn.Module) -> SpeechReference:
-    from transformers import set_seed
+    from coreai_partitioner.text_to_speech.vits import reference
 
     count = min(plan.args.max_tokens, 16)
     ids = torch.randint(0, model.config.vocab_size, (count,), generator=torch.Generator().manual_seed(1)).tolist()
-    seen = []
-    hook = model.duration_predictor.register_forward_hook(lambda module, args, out: seen.append(out))
-    try:
-        with torch.no_grad():
-            set_seed(0)
-            waveform = model(torch.tensor([ids])).waveform[0]
-    finally:
-        hook.remove()
-    durations = torch.ceil(torch.exp(seen[0]) / model.speaking_rate)[0, 0]
-    return SpeechReference(ids, 0, waveform, durations)
+    return SpeechReference(ids, 0, *reference(model, ids, seed=0))
 
 
 def lower(plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
@@ -179,13 +166,14 @@ class SpeechReport:
 def check(plan: Plan, path: Path, verified: SpeechReference, eager: Any) -> SpeechReport:
     from coreai_partitioner.text_to_speech import VitsProgram, synthesize
     from coreai_partitioner.text_to_speech.vits import durations_of
+    from coreai_partitioner.verify.fidelity import snr_psnr
 
     program = VitsProgram(path)
     durations = durations_of(program, verified.ids, seed=verified.seed)
     waveform = synthesize(program, verified.ids, seed=verified.seed)
     expected = verified.waveform
     same = waveform.shape == expected.shape
-    snr = float(10 * torch.log10(expected.pow(2).sum() / (expected - waveform).pow(2).sum())) if same else float("-inf")
+    snr = snr_psnr(waveform, expected)[0] if same else float("-inf")
     return SpeechReport(torch.equal(durations, verified.durations), snr, (waveform.numel(), expected.numel()))
 
 

@@ -37,6 +37,7 @@ setup(
         "coreai_partitioner.image_text_to_text.families",
         "coreai_partitioner.speech_recognition",
         "coreai_partitioner.text_to_speech",
+        "coreai_partitioner.text_to_image",
         "coreai_partitioner.seq2seq",
         "coreai_partitioner.text2text",
         "coreai_partitioner.text_encoder",
@@ -63,10 +64,12 @@ setup(
     ],
     extras_require={
         # gguf and accelerate load the real trained checkpoint the tests use (tests/real_checkpoint.py).
-        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0", "peft==0.21.2"],
+        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0", "peft==0.21.2", "diffusers==0.42.1"],
         "quantize": ["coreai-opt==0.4.0"],
         # PEFT LoRA adapters over one base (export --adapter); the test extra trains two (tests/real_adapters.py).
         "adapters": ["peft==0.21.2"],
+        # Stable Diffusion pipelines (export's text-to-image task; generate-image steps diffusers' schedulers).
+        "diffusers": ["diffusers==0.42.1"],
         # Tested on 5.24.0 and on 5.0.0rc1 (what optimum-executorch 1.1.0 pins): tests/test_transformers_rc1.py.
         "hf": ["transformers>=5.0.0rc1,<=5.24.0"],
         "bench": ["matplotlib>=3.8"],

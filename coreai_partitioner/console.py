@@ -39,6 +39,7 @@ LOGGERS = {
     "torch.export": logging.ERROR,
     "torch.fx.experimental.symbolic_shapes": logging.ERROR,
     "transformers": logging.ERROR,
+    "diffusers": logging.ERROR,
     "coreai_torch": logging.WARNING,
     "coremltools": logging.ERROR,
 }
@@ -86,6 +87,7 @@ def quiet_dependencies(verbose_: bool = False) -> None:
     for category, message in WARNINGS:
         warnings.filterwarnings("ignore", category=category, message=message, module=others if message == ".*" else "")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")  # diffusers sets its root logger's level from it on first use
 
 
 class NativeStreams:

@@ -1,9 +1,13 @@
 """torch's private names: symbolic sizes and their ranges, exporting to decomposed ATen in one trace, programs rebuilt
-over other graphs, module internals; and transformers' one (T5's position buckets)."""
+over other graphs, module internals; and transformers' one (T5's position buckets), diffusers' one (its configs' class
+field)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+#: The field of every diffusers config file (``model_index.json``, ``scheduler_config.json``) naming its class.
+DIFFUSERS_CLASS = "_class_name"
 
 import torch
 from torch._guards import detect_fake_mode
@@ -171,16 +175,21 @@ def export_decomposed(
     torch 2.13's ``torch.export._trace._export(pre_dispatch=False)`` traces to
     functional ATen IR through ``_export_to_aten_ir``, whose ``decomp_table``
     ``run_decompositions`` fills on its own re-trace; here the first trace
-    applies it.  Not thread-safe: the module's function is swapped for the call.
+    applies it.  As ``run_decompositions`` does, the table's CompositeImplicitAutograd ops are split off and
+    overridden for the trace, so one it leaves out is kept (``upsample_nearest2d.vec``, which the trace would
+    otherwise decompose to an ``index``): the program is ``run_decompositions``'s.  Not thread-safe: the module's
+    function is swapped for the call.
     """
     import functools
 
-    from torch.export import _trace
+    from torch.export import _trace, exported_program
 
+    composite, rest = exported_program._split_decomp_table_to_cia_and_python_decomp(dict(decompositions))
     to_aten = _trace._export_to_aten_ir
-    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=decompositions)
+    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=rest)
     try:
-        return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
+        with exported_program._override_composite_implicit_decomp(composite):
+            return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
     finally:
         _trace._export_to_aten_ir = to_aten
 

@@ -118,7 +118,7 @@ def task_of(config: dict[str, Any], where: str = "config.json") -> str:
 
 
 def task_of_files(checkpoint: Path) -> str | None:
-    """The task the files beside a checkpoint's ``config.json`` say (a task's ``DETECT.files``), or ``None``."""
+    """The task the files of a checkpoint directory say (a task's ``DETECT.files``), or ``None``."""
     for name, task in tasks().items():
         if any((checkpoint / file).is_file() for file in task.DETECT.files):
             return name
@@ -140,14 +140,17 @@ def config_file(checkpoint: Path) -> Path:
 
 
 def checkpoint_task(checkpoint: Path) -> str:
-    """The task of a checkpoint directory: what its files say (:func:`task_of_files`), else :func:`task_of` its
-    ``config.json``."""
+    """The task of a checkpoint directory: what its files say (:func:`task_of_files`: a diffusers pipeline's
+    ``model_index.json`` has no ``config.json`` beside it), else :func:`task_of` its ``config.json``."""
+    by_files = task_of_files(checkpoint) if checkpoint.is_dir() else None
+    if by_files:
+        return by_files
     path = config_file(checkpoint)
     try:
         config = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise UnknownTask(f"{path}: not JSON ({error})") from None
-    return task_of_files(checkpoint) or task_of(config, str(path))
+    return task_of(config, str(path))
 
 
 def config_task(name: str) -> str:

@@ -123,6 +123,8 @@ def model_config(task: Task, args: argparse.Namespace) -> Any:
     """``--checkpoint``'s config, or ``--config``'s tiny one."""
     if not args.checkpoint:
         return task.tiny_config(args.config)
+    if hasattr(task, "load_config"):  # a checkpoint that is not one transformers model (a diffusers pipeline)
+        return task.load_config(args.checkpoint)
     from transformers import AutoConfig
 
     try:
@@ -163,6 +165,8 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
 
     if not console.verbose():
         transformers_logging.disable_progress_bar()  # its "Loading weights" bar: the command has its own
+    if hasattr(task, "load_model"):  # a task whose model is not one transformers auto class's (a pipeline's parts)
+        return task.load_model(plan, dtype)
     auto = getattr(transformers, task.MODEL)
     if plan.args.checkpoint:
         model = auto.from_pretrained(

@@ -1,6 +1,7 @@
 """``python -m coreai_partitioner verify|inspect MODEL.pte``, ``export`` (any task, :mod:`coreai_partitioner.cli.export`),
 ``export-llm`` (its ``text-generation`` task), ``export-optimum`` (optimum-executorch with the coreai recipes) and
-``generate-speech`` (a ``text-to-speech`` ``.pte`` to a WAV)."""
+``generate-speech`` and ``generate-image`` (a ``text-to-speech`` ``.pte`` to a WAV, a ``text-to-image`` one to a PNG:
+each task module's ``add_generate_command``)."""
 
 from __future__ import annotations
 
@@ -36,10 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         return _verify(args)
     if args.command == "export-optimum":
         return _export_optimum(args)
-    if args.command == "generate-speech":
-        from coreai_partitioner.cli.tasks.text_to_speech import generate_speech
-
-        return generate_speech(args)
+    if hasattr(args, "run"):  # a task's generate-* command
+        return args.run(args)
     return _inspect(args)
 
 
@@ -80,9 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     flags.add(optimum_parser, ("--dtype", "--max-context-len"), flags.OPTIMUM_DEPRECATED,
               dtype=dict(type=flags.old_dtype), max_context_len=dict(default=2048))
 
-    from coreai_partitioner.cli.tasks import text_to_speech
+    from coreai_partitioner.cli.detect import tasks
 
-    text_to_speech.add_generate_command(commands)
+    for task in tasks().values():  # the loops that run a task's .pte: generate-speech, generate-image
+        if hasattr(task, "add_generate_command"):
+            task.add_generate_command(commands)
     return parser
 
 

@@ -97,9 +97,13 @@ def lower_methods(
     return edge
 
 
-def export_method(module: torch.nn.Module, sample: Sequence[torch.Tensor], decompositions: dict, dynamic_shapes: Any = None):
+def export_method(
+    module: torch.nn.Module, sample: Sequence[torch.Tensor], decompositions: dict, dynamic_shapes: Any = None,
+    quantize: Any = None,
+):
     """``module`` exported to functional ATen IR with its composites externalized (the export road every task
-    takes, :func:`~coreai_partitioner.lowering.lower.export_with_composites`); ``(program, records)``.
+    takes, :func:`~coreai_partitioner.lowering.lower.export_with_composites`), its weights stored as ``quantize``
+    (a scheme, or ``None``) says; ``(program, records)``.
 
     The trace keeps the boundaries the model marks
     (:func:`~coreai_partitioner.partition.boundaries.outside_delegate`: the
@@ -109,7 +113,8 @@ def export_method(module: torch.nn.Module, sample: Sequence[torch.Tensor], decom
 
     with torch.no_grad():
         return export_with_composites(
-            module, sample, dynamic_shapes=dynamic_shapes, decompositions=decompositions, annotations=True
+            module, sample, dynamic_shapes=dynamic_shapes, decompositions=decompositions, annotations=True,
+            quantize=quantize,
         )
 
 
@@ -122,10 +127,14 @@ def lower_method_modules(
     dynamic_shapes: Mapping[str, Any] | None = None,
     bounded: int | None = None,
     phases: dict[str, float] | None = None,
+    quantize: Any = None,
+    quantized_reference: dict[str, Any] | None = None,
     **partitioner_options: Any,
 ):
     """Each of ``modules`` (by method) exported on its ``samples`` (:func:`export_method`, with its
-    ``dynamic_shapes`` where given), all lowered by :func:`lower_methods` (``device``, ``constant_methods``,
+    ``dynamic_shapes`` where given, its weights stored as ``quantize`` says; a dict passed as
+    ``quantized_reference`` receives each method's quantized eager module, whose weights are the ones the program
+    stores), all lowered by :func:`lower_methods` (``device``, ``constant_methods``,
     ``bounded`` and ``partitioner_options`` are its); the ``EdgeProgramManager``.
 
     ``phases``, when given, receives the seconds of each phase (``export <method>``, ``lower``).
@@ -137,7 +146,10 @@ def lower_method_modules(
         table = decomposition_table()
         for method, module in modules.items():
             started = time.perf_counter()
-            yield method, export_method(module, samples[method], table, dynamic_shapes.get(method))
+            program, records = export_method(module, samples[method], table, dynamic_shapes.get(method), quantize)
+            if quantize is not None and quantized_reference is not None:
+                quantized_reference[method] = program.module()
+            yield method, (program, records)
             phases[f"export {method}"] = time.perf_counter() - started
             logger.info("%s: exported in %.1f s", method, phases[f"export {method}"])
 

@@ -200,6 +200,7 @@ def add_generate_command(commands: Any) -> None:
     parser.add_argument("--seed", type=int, default=0,
                         help="the noises' seed: the waveform transformers' set_seed(SEED); model(ids) gives")
     parser.add_argument("--out", type=Path, default=Path("speech.wav"))
+    parser.set_defaults(run=generate_speech)
 
 
 def ids_of(text: str) -> list[int]:
@@ -213,11 +214,13 @@ def generate_speech(args: argparse.Namespace) -> int:
     """The loop (:func:`coreai_partitioner.text_to_speech.synthesize`) and the WAV; 2 for ids or a .pte it refuses."""
     import sys
 
+    from coreai_partitioner import console
     from coreai_partitioner.text_to_speech import VitsProgram, synthesize, write_wav
 
     try:
-        program = VitsProgram(args.pte)
-        waveform = synthesize(program, args.ids, seed=args.seed)
+        with console.NativeStreams():  # the Core AI runtime's own lines as it loads each function
+            program = VitsProgram(args.pte)
+            waveform = synthesize(program, args.ids, seed=args.seed)
     except (ValueError, RuntimeError) as error:
         print(f"generate-speech: {error}", file=sys.stderr)
         return 2

@@ -1,0 +1,162 @@
+"""Text-to-image export and runtime: Stable Diffusion pipelines (random weights) to a .pte of ``text_encoder``,
+``denoiser`` and ``vae_decoder``.
+
+    python benchmarks/text_to_image.py                         # every row; writes benchmarks/results/text_to_image.*
+    python benchmarks/text_to_image.py --rows sd-tiny-fp32 sd-tiny-palettize4
+
+Each row is one process: build the pipeline's parts (the package's tiny
+pipeline, or SD 1.5's shape: a CLIP ViT-L/14 text encoder, the 860M UNet,
+the VAE; random weights, as no trained diffusion weights are in the
+registry), lower them (``text_to_image.lower_stable_diffusion``), write the
+``.pte``, then run the package's loop (``generate``) in ExecuTorch's runtime:
+"s/step" is the median of ``--runs`` ``denoiser`` calls after a warm-up,
+"image s" one whole 4-step image (text encoder twice, 4 steps, VAE decoder).
+"PSNR dB" is that image against diffusers' ``StableDiffusionPipeline`` on the
+fp32 parts at the same seed, scheduler (Euler) and steps.  ".pte/fp16" is
+the ``.pte`` over the parts' weights it holds in fp16 (the VAE's encoder is not
+in it).  The Core AI delegates run on coreai-core's Linux CPU runtime on this
+2-core machine, whose fp16 is software: not on a device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+#: row -> (shape, dtype, quantize scheme or None, image side)
+ROWS = {
+    "sd-tiny-fp32": ("tiny", "fp32", None, 32),
+    "sd-tiny-fp16": ("tiny", "fp16", None, 32),
+    "sd-tiny-palettize4": ("tiny", "fp32", "palettize4", 32),
+    "sd-tiny-palettize8": ("tiny", "fp32", "palettize8", 32),
+    "sd1.5-shape-fp32-128": ("sd1.5", "fp32", None, 128),
+}
+COLUMNS = ("row", "lower s", "write s", "peak RSS GB", ".pte MB", "fp16 weights MB", ".pte/fp16", "s/step", "image s",
+           "PSNR dB")
+
+
+def sd15_parts():
+    """SD 1.5's shape: CLIP ViT-L/14's text encoder, the UNet and VAE of its configs; random weights."""
+    import torch
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    from coreai_partitioner.text_to_image.pipeline import Parts, PipelineConfig
+    from coreai_partitioner.text_to_image.tiny import SCHEDULER, tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    text = CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
+                          num_hidden_layers=12, max_position_embeddings=77, hidden_act="quick_gelu",
+                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                          pad_token_id=tokenizer.pad_token_id)
+    unet = dict(sample_size=64, cross_attention_dim=768, attention_head_dim=8)  # the rest: UNet2DConditionModel's defaults
+    vae = dict(block_out_channels=(128, 256, 512, 512), layers_per_block=2, latent_channels=4, sample_size=512,
+               down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
+    torch.manual_seed(0)
+    unet_model = UNet2DConditionModel.from_config(unet)
+    config = PipelineConfig("StableDiffusionPipeline", text, dict(unet_model.config), vae, dict(SCHEDULER))
+    return Parts(CLIPTextModel(text), unet_model, AutoencoderKL.from_config(vae), config).eval()
+
+
+def worker(name: str, runs: int) -> dict:
+    import torch
+
+    from coreai_partitioner import save_pte
+    from coreai_partitioner.cli.tasks.text_to_image import psnr
+    from coreai_partitioner.text_to_image import ImageProgram, generate, lower_stable_diffusion
+    from coreai_partitioner.text_to_image.schedulers import build_scheduler
+    from coreai_partitioner.text_to_image.stable_diffusion import method_modules, method_samples
+    from coreai_partitioner.text_to_image.tiny import tiny_config, tiny_model, tiny_tokenizer
+    from diffusers import StableDiffusionPipeline
+
+    shape, dtype, scheme, side = ROWS[name]
+    parts = tiny_model(tiny_config()) if shape == "tiny" else sd15_parts()
+    shipped = {id(p): p for module in method_modules(parts).values() for p in module.parameters()}
+    fp16_bytes = 2 * sum(p.numel() for p in shipped.values())
+    tokenizer, config = tiny_tokenizer(), parts.pipeline_config.scheduler
+    pipeline = StableDiffusionPipeline(
+        vae=parts.vae, text_encoder=parts.text_encoder, tokenizer=tokenizer, unet=parts.unet,
+        scheduler=build_scheduler(config), safety_checker=None, feature_extractor=None, requires_safety_checker=False,
+    )
+    pipeline.set_progress_bar_config(disable=True)
+    with torch.no_grad():
+        expected = pipeline("a red cat", height=side, width=side, num_inference_steps=4, guidance_scale=7.5,
+                            generator=torch.Generator().manual_seed(0), output_type="np").images[0]
+    expected = torch.from_numpy((expected * 255).round().astype("uint8"))
+    del pipeline
+    if dtype == "fp16":
+        parts = parts.to(torch.float16)
+    started = time.perf_counter()
+    edge = lower_stable_diffusion(parts, height=side, width=side, quantize=scheme)
+    lowered = time.perf_counter() - started
+    samples = method_samples(parts, side, side)["denoiser"]
+    del parts
+    with tempfile.TemporaryDirectory() as directory:
+        started = time.perf_counter()
+        pte = save_pte(edge, Path(directory) / "sd.pte")
+        written = time.perf_counter() - started
+        size = pte.stat().st_size
+        del edge
+        program = ImageProgram(pte)
+        program.run("denoiser", *samples)  # warm-up
+        seconds = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            program.run("denoiser", *samples)
+            seconds.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        image = generate(program, "a red cat", seed=0, steps=4, guidance=7.5, tokenizer=tokenizer, scheduler_config=config)
+        whole = time.perf_counter() - started
+    return {
+        "row": name, "lower s": round(lowered, 1), "write s": round(written, 1),
+        "peak RSS GB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        ".pte MB": round(size / 1e6, 2), "fp16 weights MB": round(fp16_bytes / 1e6, 2),
+        ".pte/fp16": round(size / fp16_bytes, 3), "s/step": round(statistics.median(seconds), 3),
+        "image s": round(whole, 2), "PSNR dB": round(psnr(image, expected), 1),
+    }
+
+
+def table(rows: list[dict]) -> str:
+    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(r[c]).ljust(w) for c, w in zip(COLUMNS, widths)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.runs)))
+        return
+    rows = []
+    for name in args.rows:
+        done = subprocess.run([sys.executable, __file__, "--worker", name, "--runs", str(args.runs)],
+                              capture_output=True, text=True, check=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"{name}: done", file=sys.stderr)
+    header = (f"python benchmarks/text_to_image.py --rows {' '.join(args.rows)} --runs {args.runs}   "
+              f"(one run, {time.strftime('%Y-%m-%d')}, coreai-core's Linux CPU runtime, 2 cores; random weights)")
+    text = header + "\n\n" + table(rows) + "\n"
+    print(text)
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / "text_to_image.txt").write_text(text)
+    (args.results / "text_to_image.json").write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

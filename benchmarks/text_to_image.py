@@ -1,18 +1,20 @@
-"""Text-to-image export and runtime: Stable Diffusion pipelines (random weights) to a .pte of ``text_encoder``,
+"""Text-to-image export and runtime: Stable Diffusion pipelines (random weights) to a .pte of their text encoders,
 ``denoiser`` and ``vae_decoder``.
 
     python benchmarks/text_to_image.py                         # every row; writes benchmarks/results/text_to_image.*
     python benchmarks/text_to_image.py --rows sd-tiny-fp32 sd-tiny-palettize4
 
 Each row is one process: build the pipeline's parts (the package's tiny
-pipeline, or SD 1.5's shape: a CLIP ViT-L/14 text encoder, the 860M UNet,
-the VAE; random weights, as no trained diffusion weights are in the
-registry), lower them (``text_to_image.lower_stable_diffusion``), write the
+pipelines, SD 1.x's and SD3's with T5, or SD 1.5's shape: a CLIP ViT-L/14
+text encoder, the 860M UNet, the VAE; random weights, as no trained
+diffusion weights are in the registry; SD3's own shape, with its 4.7B T5,
+does not fit this machine in fp32), lower them (``text_to_image.lower_stable_diffusion``), write the
 ``.pte``, then run the package's loop (``generate``) in ExecuTorch's runtime:
 "s/step" is the median of ``--runs`` ``denoiser`` calls after a warm-up,
 "image s" one whole 4-step image (text encoder twice, 4 steps, VAE decoder).
-"PSNR dB" is that image against diffusers' ``StableDiffusionPipeline`` on the
-fp32 parts at the same seed, scheduler (Euler) and steps.  ".pte/fp16" is
+"PSNR dB" is that image against the family's diffusers pipeline on the fp32
+parts at the same seed, scheduler (Euler; SD3's flow-matching Euler) and
+steps.  ".pte/fp16" is
 the ``.pte`` over the parts' weights it holds in fp16 (the VAE's encoder is not
 in it).  The Core AI delegates run on coreai-core's Linux CPU runtime on this
 2-core machine, whose fp16 is software: not on a device.
@@ -32,12 +34,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-#: row -> (shape, dtype, quantize scheme or None, image side)
+#: row -> (shape: a tiny config's name or "sd1.5", dtype, quantize scheme or None, image side)
 ROWS = {
-    "sd-tiny-fp32": ("tiny", "fp32", None, 32),
-    "sd-tiny-fp16": ("tiny", "fp16", None, 32),
-    "sd-tiny-palettize4": ("tiny", "fp32", "palettize4", 32),
-    "sd-tiny-palettize8": ("tiny", "fp32", "palettize8", 32),
+    "sd-tiny-fp32": ("stable-diffusion", "fp32", None, 32),
+    "sd-tiny-fp16": ("stable-diffusion", "fp16", None, 32),
+    "sd-tiny-palettize4": ("stable-diffusion", "fp32", "palettize4", 32),
+    "sd-tiny-palettize8": ("stable-diffusion", "fp32", "palettize8", 32),
+    "sd3-tiny-fp32": ("stable-diffusion-3", "fp32", None, 32),
+    "sd3-tiny-fp16": ("stable-diffusion-3", "fp16", None, 32),
+    "sd3-tiny-palettize4": ("stable-diffusion-3", "fp32", "palettize4", 32),
     "sd1.5-shape-fp32-128": ("sd1.5", "fp32", None, 128),
 }
 COLUMNS = ("row", "lower s", "write s", "peak RSS GB", ".pte MB", "fp16 weights MB", ".pte/fp16", "s/step", "image s",
@@ -53,7 +58,7 @@ def sd15_parts():
     from coreai_partitioner.text_to_image.pipeline import Parts, PipelineConfig
     from coreai_partitioner.text_to_image.tiny import SCHEDULER, tiny_tokenizer
 
-    tokenizer = tiny_tokenizer()
+    tokenizer = tiny_tokenizer()  # byte-level: its ids are a subset of CLIP's vocabulary
     text = CLIPTextConfig(vocab_size=49408, hidden_size=768, intermediate_size=3072, num_attention_heads=12,
                           num_hidden_layers=12, max_position_embeddings=77, hidden_act="quick_gelu",
                           bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
@@ -63,42 +68,33 @@ def sd15_parts():
                down_block_types=("DownEncoderBlock2D",) * 4, up_block_types=("UpDecoderBlock2D",) * 4)
     torch.manual_seed(0)
     unet_model = UNet2DConditionModel.from_config(unet)
-    config = PipelineConfig("StableDiffusionPipeline", text, dict(unet_model.config), vae, dict(SCHEDULER))
-    return Parts(CLIPTextModel(text), unet_model, AutoencoderKL.from_config(vae), config).eval()
+    config = PipelineConfig("StableDiffusionPipeline", {"text_encoder": text, "unet": dict(unet_model.config), "vae": vae},
+                            dict(SCHEDULER))
+    modules = {"text_encoder": CLIPTextModel(text), "unet": unet_model, "vae": AutoencoderKL.from_config(vae)}
+    return Parts(modules, config).eval()
 
 
 def worker(name: str, runs: int) -> dict:
     import torch
 
     from coreai_partitioner import save_pte
-    from coreai_partitioner.cli.tasks.text_to_image import psnr
     from coreai_partitioner.text_to_image import ImageProgram, generate, lower_stable_diffusion
-    from coreai_partitioner.text_to_image.schedulers import build_scheduler
+    from coreai_partitioner.text_to_image.reference import psnr, reference_image
     from coreai_partitioner.text_to_image.stable_diffusion import method_modules, method_samples
-    from coreai_partitioner.text_to_image.tiny import tiny_config, tiny_model, tiny_tokenizer
-    from diffusers import StableDiffusionPipeline
+    from coreai_partitioner.text_to_image.tiny import tiny_config, tiny_model, tiny_tokenizers
 
     shape, dtype, scheme, side = ROWS[name]
-    parts = tiny_model(tiny_config()) if shape == "tiny" else sd15_parts()
+    parts = sd15_parts() if shape == "sd1.5" else tiny_model(tiny_config(shape))
     shipped = {id(p): p for module in method_modules(parts).values() for p in module.parameters()}
     fp16_bytes = 2 * sum(p.numel() for p in shipped.values())
-    tokenizer, config = tiny_tokenizer(), parts.pipeline_config.scheduler
-    pipeline = StableDiffusionPipeline(
-        vae=parts.vae, text_encoder=parts.text_encoder, tokenizer=tokenizer, unet=parts.unet,
-        scheduler=build_scheduler(config), safety_checker=None, feature_extractor=None, requires_safety_checker=False,
-    )
-    pipeline.set_progress_bar_config(disable=True)
-    with torch.no_grad():
-        expected = pipeline("a red cat", height=side, width=side, num_inference_steps=4, guidance_scale=7.5,
-                            generator=torch.Generator().manual_seed(0), output_type="np").images[0]
-    expected = torch.from_numpy((expected * 255).round().astype("uint8"))
-    del pipeline
+    tokenizers, config = tiny_tokenizers(parts.pipeline_config), parts.pipeline_config.scheduler
+    expected = reference_image(parts, tokenizers, config, "a red cat", seed=0, steps=4, guidance=7.5, height=side, width=side)
     if dtype == "fp16":
         parts = parts.to(torch.float16)
     started = time.perf_counter()
     edge = lower_stable_diffusion(parts, height=side, width=side, quantize=scheme)
     lowered = time.perf_counter() - started
-    samples = method_samples(parts, side, side)["denoiser"]
+    samples = method_samples(parts.pipeline_config, side, side, next(parts.vae.parameters()).dtype)["denoiser"]
     del parts
     with tempfile.TemporaryDirectory() as directory:
         started = time.perf_counter()
@@ -114,7 +110,7 @@ def worker(name: str, runs: int) -> dict:
             program.run("denoiser", *samples)
             seconds.append(time.perf_counter() - started)
         started = time.perf_counter()
-        image = generate(program, "a red cat", seed=0, steps=4, guidance=7.5, tokenizer=tokenizer, scheduler_config=config)
+        image = generate(program, "a red cat", seed=0, steps=4, guidance=7.5, tokenizers=tokenizers, scheduler_config=config)
         whole = time.perf_counter() - started
     return {
         "row": name, "lower s": round(lowered, 1), "write s": round(written, 1),

@@ -296,6 +296,36 @@ def test_a_stem_convolution_a_scheme_cannot_store_stays_float_with_a_warning_and
     assert (float_output - expected).abs().max() > 10 * (actual - expected).abs().max()  # the weights really are quantized
 
 
+class _CamelCase(torch.nn.Module):
+    """A layer under a CamelCase name, as transformers' T5 names its attention (``SelfAttention``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.SelfAttention = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.SelfAttention(x)
+
+
+@pytest.mark.parametrize("scheme", ["palettize4", "int8"])
+def test_a_weight_under_a_camel_case_module_name_is_stored_compressed_and_the_converter_finds_it(scheme):
+    # FX snake-cases the names of the placeholders it makes; coreai-torch finds a buffer by the placeholder's target.
+    # The tasks' tail (lower_method_modules) hands the converter those placeholders as they are.
+    from coreai_partitioner.lowering.lower import to_executorch
+    from coreai_partitioner.lowering.methods import lower_method_modules
+
+    torch.manual_seed(0)
+    model, x = _CamelCase().eval(), torch.randn(1, 4, 32)
+    held: dict = {}
+    lowered = lower_method_modules({"forward": model}, {"forward": (x,)}, device=False, constant_methods={},
+                                   quantize=scheme, quantized_reference=held)
+    actual = run_pte(to_executorch(lowered).buffer, [x])[0]
+    with torch.no_grad():
+        expected = held["forward"](x)
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-4)
+    assert (model(x) - expected).abs().max() > 0  # the weight really is stored compressed
+
+
 # ---------------------------------------------------------------- coreai-opt's integers without its graph mode
 
 

@@ -139,6 +139,9 @@ def replace_weights(program: ExportedProgram, compressed: Mapping[str, Compresse
         for (buffer, tensor), placeholder_name in zip(compressed[name].buffers.items(), _placeholder_names(name, compressed[name])):
             with graph.inserting_before(node):
                 operand = graph.placeholder(placeholder_name)
+            # FX snake-cases a name it makes (T5's "SelfAttention" becomes "self_attention") but keeps the target:
+            # as torch.export's placeholders, the target is the name, which coreai-torch looks the buffer up by
+            operand.target = operand.name
             operand.meta["val"] = fake.from_tensor(tensor, static_shapes=True)
             specs.append(InputSpec(InputKind.BUFFER, TensorArgument(operand.name), f"{name}_{buffer}", persistent=True))
             operands[buffer] = operand

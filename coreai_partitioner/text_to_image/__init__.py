@@ -1,10 +1,12 @@
-"""Text-to-image: a diffusers Stable Diffusion pipeline to one ``.pte`` with three methods, and the loop that runs them.
+"""Text-to-image: a diffusers Stable Diffusion pipeline (SD 1.x/2.x, SD3) to one ``.pte``, and the loop that runs it.
 
 - :mod:`.pipeline`: a pipeline directory read (its family, parts and scheduler), its parts loaded;
-- :mod:`.stable_diffusion`: ``text_encoder``, ``denoiser`` and ``vae_decoder``, :func:`~.stable_diffusion.lower_stable_diffusion`;
+- :mod:`.stable_diffusion`: the methods (text encoders, ``denoiser``, ``vae_decoder``),
+  :func:`~.stable_diffusion.lower_stable_diffusion`;
 - :mod:`.schedulers`: the diffusers schedulers the loop steps;
-- :mod:`.loop`: :func:`~.loop.generate` (``StableDiffusionPipeline.__call__``'s loop through a ``.pte``), :func:`~.loop.write_png`;
-- :mod:`.tiny`: the tiny random pipeline (``--config stable-diffusion``).
+- :mod:`.loop`: :func:`~.loop.generate` (the family's diffusers loop through a ``.pte``), :func:`~.loop.write_png`;
+- :mod:`.reference`: diffusers' own pipeline on the parts, what the loop is judged against;
+- :mod:`.tiny`: the tiny random pipelines (``--config stable-diffusion``, ``--config stable-diffusion-3``).
 """
 
 from coreai_partitioner.text_to_image.loop import ImageProgram, generate, write_png

@@ -1,40 +1,41 @@
-"""Export a diffusers Stable Diffusion pipeline to a .pte that draws: ``text_encoder``, ``denoiser``, ``vae_decoder``.
+"""Export a diffusers Stable Diffusion pipeline (SD 1.x/2.x, SD3) to a .pte that draws: text encoders, denoiser, VAE decoder.
 
     python -m coreai_partitioner export --checkpoint path/to/sd-pipeline --height 512 --width 512 --out out/model.pte
     python -m coreai_partitioner export --config stable-diffusion --verify --out out/model.pte   # a tiny random pipeline
+    python -m coreai_partitioner export --config stable-diffusion-3 --verify --out sd3/model.pte # a tiny random SD3
     python -m coreai_partitioner generate-image out/model.pte --prompt "a red cat" --seed 0 --steps 25 --out image.png
 
 (the task is a pipeline directory's, one with a ``model_index.json`` naming
-``StableDiffusionPipeline``: SD 1.x/2.x.)  The .pte has three methods
-(:mod:`coreai_partitioner.text_to_image.stable_diffusion`), one Core AI
-delegate each, the weights stored once, the resolution fixed by
+``StableDiffusionPipeline`` or ``StableDiffusion3Pipeline``.)  The .pte has
+the family's methods (:mod:`coreai_partitioner.text_to_image.stable_diffusion`):
+its text encoders, ``denoiser`` and ``vae_decoder``, one Core AI delegate
+each, the weights stored once, the resolution fixed by
 ``--height``/``--width``; classifier-free guidance is batch 2 inside
-``denoiser``.  Beside it go the pipeline's CLIP tokenizer and its
-``scheduler_config.json`` (``--scheduler NAME`` writes one of the schedulers
-the loop steps instead, built from the same config: SD 1.5's PNDM is not one).
-``generate-image`` is the loop (diffusers' scheduler, the initial latents
-drawn as diffusers draws them from ``--seed``).  ``--verify`` judges the image
-of a fixed prompt against diffusers' ``StableDiffusionPipeline`` on the fp32
-parts at the same seed, scheduler and 4 steps.  Host form.  Nothing is
-downloaded.  Needs the diffusers extra.
+``denoiser``.  Beside it go the pipeline's tokenizers (a folder each) and
+its ``scheduler_config.json`` (``--scheduler NAME`` writes one of the
+schedulers the loop steps instead, built from the same config: SD 1.5's PNDM
+is not one).  ``generate-image`` is the loop (diffusers' scheduler, the
+initial latents drawn as diffusers draws them from ``--seed``).  ``--verify``
+judges the image of a fixed prompt against the family's diffusers pipeline
+on the fp32 parts at the same seed, scheduler and 4 steps.  Host form.
+Nothing is downloaded.  Needs the diffusers extra.
 """
 
 from __future__ import annotations
 
-from coreai_partitioner import _compat
-
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from coreai_partitioner import _compat
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection
 from coreai_partitioner.cli.task import Phases, Plan, host_form_only, partitioner_options
-from coreai_partitioner.text_to_image.schedulers import NOISE_PREDICTION
+from coreai_partitioner.text_to_image.schedulers import SCHEDULERS
 
 NAME = "text-to-image"
 DETECT = Detection(takes="a diffusers Stable Diffusion pipeline directory (model_index.json)", files=("model_index.json",))
@@ -44,8 +45,8 @@ FLAGS = ("--quantize",)
 DEFAULTS: dict[str, Any] = {}
 #: ``--verify``'s run: a fixed prompt, seed, step count and guidance, against diffusers' pipeline.
 VERIFY_PROMPT, VERIFY_SEED, VERIFY_STEPS, VERIFY_GUIDANCE = "a photograph of an astronaut riding a horse", 0, 4, 7.5
-#: How close the .pte's image is to diffusers' (PSNR of the 8-bit images): the issue's bound in fp32, fp16's measured
-#: floor (software fp16 accumulating in fp16, docs/text-to-image.md) with margin.
+#: How close the .pte's image is to diffusers' (PSNR of the 8-bit images): the issue's bound in fp32; in fp16, a
+#: floor under what software fp16 accumulating in fp16 gives here (docs/text-to-image.md).
 LEAST_PSNR_DB = {"fp32": 40.0, "fp16": 30.0}
 
 
@@ -71,9 +72,9 @@ def load_config(checkpoint: Path) -> Any:
 def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--height", type=int, help="the image height in pixels (default: the pipeline's own)")
     parser.add_argument("--width", type=int, help="the image width in pixels (default: the pipeline's own)")
-    parser.add_argument("--scheduler", choices=NOISE_PREDICTION,
+    parser.add_argument("--scheduler", choices=tuple(SCHEDULERS),
                         help="the scheduler written beside the .pte, built from the pipeline's config (default: the "
-                             "pipeline's own)")
+                             "pipeline's own; SD 1.x/2.x take ddim, euler, euler-ancestral, SD3 flow-match-euler)")
 
 
 def refusals() -> tuple[type[Exception], ...]:
@@ -88,11 +89,11 @@ class ImagePlan(Plan):
     height: int = 0
     width: int = 0
     scheduler: dict[str, Any] | None = None  # the config written beside the .pte
-    clip_tokenizer: Any = None
+    tokenizers: dict[str, Any] = field(default_factory=dict)  # by text encoder method
 
 
 def settle(args: argparse.Namespace, config: Any) -> ImagePlan:
-    """The resolution the pipeline can make, a scheduler the loop steps, the tokenizer, fp32 or fp16, host form."""
+    """The resolution the pipeline can make, a scheduler the loop steps, the tokenizers, fp32 or fp16, host form."""
     from coreai_partitioner.text_to_image.schedulers import build_scheduler
     from coreai_partitioner.text_to_image.stable_diffusion import latent_size
 
@@ -100,35 +101,49 @@ def settle(args: argparse.Namespace, config: Any) -> ImagePlan:
     native = config.sample_size * config.vae_scale
     height, width = args.height or native, args.width or native
     latent_size(config, height, width)
-    scheduler = dict(build_scheduler(config.scheduler, args.scheduler).config)
+    scheduler = dict(build_scheduler(config.scheduler, args.scheduler, config.family.schedulers).config)
     return ImagePlan(args, config, runner_tokenizer=False, height=height, width=width, scheduler=scheduler,
-                     clip_tokenizer=_tokenizer(args, config))
+                     tokenizers=_tokenizers(args, config))
 
 
-def _tokenizer(args: argparse.Namespace, config: Any) -> Any:
-    from transformers import CLIPTokenizer
+def _tokenizers(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    """Each text encoder's tokenizer: the pipeline's folder, or the tiny pipeline's byte-level CLIP tokenizer."""
+    from transformers import AutoTokenizer
+
+    from coreai_partitioner.text_to_image.loop import TOKENIZERS
 
     if not args.checkpoint:
-        from coreai_partitioner.text_to_image.tiny import tiny_tokenizer
+        from coreai_partitioner.text_to_image.tiny import tiny_tokenizers
 
-        return tiny_tokenizer()
-    folder = args.checkpoint / "tokenizer"
-    try:
-        return CLIPTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError) as error:
-        raise CommandError(f"{folder}: no CLIP tokenizer ({error}); the pipeline directory needs its tokenizer folder") from None
+        return tiny_tokenizers(config)
+    found = {}
+    for method in (method for method in TOKENIZERS if method in config.parts):
+        folder = args.checkpoint / TOKENIZERS[method]
+        try:
+            found[method] = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        except (OSError, ValueError) as error:
+            raise CommandError(f"{folder}: no tokenizer for {method} ({error}); the pipeline directory needs it") from None
+    return found
 
 
 def dry_run(plan: ImagePlan) -> None:
     config, args = plan.config, plan.args
-    h, w = plan.height // config.vae_scale, plan.width // config.vae_scale
-    text = config.text_encoder
-    print(f"{config.class_name}: {plan.height}x{plan.width}, {args.dtype}, host form, scheduler {plan.scheduler[_compat.DIFFUSERS_CLASS]}")
-    print(f"  text_encoder(input_ids [1, {text.max_position_embeddings}]) -> [1, {text.max_position_embeddings}, {text.hidden_size}]")
-    print(f"  denoiser(latents [1, {config.latent_channels}, {h}, {w}], timestep [1], text [2, {text.max_position_embeddings}, "
-          f"{text.hidden_size}], guidance [1]) -> [1, {config.latent_channels}, {h}, {w}]")
-    print(f"  vae_decoder(latents [1, {config.latent_channels}, {h}, {w}]) -> image [1, 3, {plan.height}, {plan.width}]")
-    print(f"  would write {args.out}, its tokenizer and scheduler_config.json")
+    print(f"{config.class_name}: {plan.height}x{plan.width}, {args.dtype}, host form, "
+          f"scheduler {plan.scheduler[_compat.DIFFUSERS_CLASS]}")
+    shapes = _sample_shapes(config, plan.height, plan.width)
+    for method, inputs in shapes.items():
+        image = f" -> image [1, 3, {plan.height}, {plan.width}]" if method == "vae_decoder" else ""
+        print(f"  {method}({', '.join(inputs)}){image}")
+    print(f"  would write {args.out}, its tokenizers and scheduler_config.json")
+
+
+def _sample_shapes(config: Any, height: int, width: int) -> dict[str, list[str]]:
+    """Each method's inputs as ``name [shape]``, from the configs alone."""
+    from coreai_partitioner.text_to_image.stable_diffusion import input_names, method_samples
+
+    samples = method_samples(config, height, width, torch.float32)
+    return {method: [f"{name} {list(sample.shape)}" for name, sample in zip(input_names(method, config), inputs)]
+            for method, inputs in samples.items()}
 
 
 # ---------------------------------------------------------------- export
@@ -145,22 +160,13 @@ def load_model(plan: ImagePlan, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def reference(plan: ImagePlan, model: torch.nn.Module) -> torch.Tensor:
-    """diffusers' ``StableDiffusionPipeline`` on the fp32 parts: the 8-bit image ``[H, W, 3]`` of the fixed prompt."""
-    from diffusers import StableDiffusionPipeline
+    """The family's diffusers pipeline on the fp32 parts: the 8-bit image ``[H, W, 3]`` of the fixed prompt."""
+    from coreai_partitioner.text_to_image.reference import reference_image
 
-    from coreai_partitioner.text_to_image.schedulers import build_scheduler
-
-    pipeline = StableDiffusionPipeline(
-        vae=model.vae, text_encoder=model.text_encoder, tokenizer=plan.clip_tokenizer, unet=model.unet,
-        scheduler=build_scheduler(plan.scheduler), safety_checker=None, feature_extractor=None,
-        requires_safety_checker=False,
+    return reference_image(
+        model, plan.tokenizers, plan.scheduler, VERIFY_PROMPT, seed=VERIFY_SEED, steps=VERIFY_STEPS,
+        guidance=VERIFY_GUIDANCE, height=plan.height, width=plan.width,
     )
-    pipeline.set_progress_bar_config(disable=True)
-    image = pipeline(
-        VERIFY_PROMPT, height=plan.height, width=plan.width, num_inference_steps=VERIFY_STEPS,
-        guidance_scale=VERIFY_GUIDANCE, generator=torch.Generator().manual_seed(VERIFY_SEED), output_type="np",
-    ).images[0]
-    return torch.from_numpy((image * 255).round().astype("uint8"))
 
 
 def lower(plan: ImagePlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
@@ -188,15 +194,16 @@ def _verify_run(plan: ImagePlan, program: Any) -> torch.Tensor:
 
     return generate(
         program, VERIFY_PROMPT, seed=VERIFY_SEED, steps=VERIFY_STEPS, guidance=VERIFY_GUIDANCE,
-        tokenizer=plan.clip_tokenizer, scheduler_config=plan.scheduler,
+        tokenizers=plan.tokenizers, scheduler_config=plan.scheduler,
     )
 
 
 def describe(plan: ImagePlan, model: torch.nn.Module, pte: Any) -> None:
     print(f"{plan.config.class_name}: {plan.args.dtype}, {plan.height}x{plan.width}, scheduler {plan.scheduler[_compat.DIFFUSERS_CLASS]}")
     print(f"  methods: {', '.join(pte.methods)}")
-    for method in ("text_encoder", "denoiser", "vae_decoder"):
-        print(f"  {method}: {len(pte.coreai_delegates(method))} Core AI delegate(s)")
+    for method in pte.methods:
+        if not method.startswith("get_"):
+            print(f"  {method}: {len(pte.coreai_delegates(method))} Core AI delegate(s)")
 
 
 @dataclass(frozen=True)
@@ -206,7 +213,7 @@ class ImageReport:
 
     psnr_db: float
     least: float
-    against: str = "diffusers' StableDiffusionPipeline at the same seed"
+    against: str = "the diffusers pipeline at the same seed"
     fp32_psnr_db: float | None = None  # a quantized .pte's image against diffusers' fp32 pipeline's
 
     @property
@@ -217,19 +224,14 @@ class ImageReport:
         fp32 = "" if self.fp32_psnr_db is None else f"; against diffusers' fp32 pipeline {self.fp32_psnr_db:.1f} dB"
         return (
             f"verify: {VERIFY_PROMPT!r}, seed {VERIFY_SEED}, {VERIFY_STEPS} steps, guidance {VERIFY_GUIDANCE} through the "
-            f"three methods against {self.against}, the check:\n"
+            f".pte's methods against {self.against}, the check:\n"
             f"  PSNR {self.psnr_db:.1f} dB (at least {self.least:.0f}) {'ok' if self.ok else 'FAILED'}{fp32}"
         )
 
 
-def psnr(image: torch.Tensor, expected: torch.Tensor) -> float:
-    """PSNR of two 8-bit images, in dB (infinite where they are equal)."""
-    error = (image.double() - expected.double()).pow(2).mean()
-    return float("inf") if error == 0 else float(10 * torch.log10(255.0**2 / error))
-
-
 def check(plan: ImagePlan, path: Path, verified: torch.Tensor, eager: Any) -> ImageReport:
     from coreai_partitioner.text_to_image import ImageProgram
+    from coreai_partitioner.text_to_image.reference import psnr
 
     image = _verify_run(plan, ImageProgram(path))
     least = LEAST_PSNR_DB[plan.args.dtype]
@@ -240,10 +242,16 @@ def check(plan: ImagePlan, path: Path, verified: torch.Tensor, eager: Any) -> Im
 
 
 def companions(plan: ImagePlan, directory: Path) -> list[Path]:
-    """The CLIP tokenizer and the scheduler's config, which ``generate-image`` reads beside the ``.pte``."""
+    """A folder per tokenizer (``tokenizer/``, ``tokenizer_2/``...) and the scheduler's config, which
+    ``generate-image`` reads beside the ``.pte``."""
+    from coreai_partitioner.text_to_image.loop import TOKENIZERS
     from coreai_partitioner.text_to_image.pipeline import SCHEDULER_CONFIG
 
-    written = [Path(path) for path in plan.clip_tokenizer.save_pretrained(directory) if Path(path).is_file()]
+    written = []
+    for method, tokenizer in plan.tokenizers.items():
+        folder = directory / TOKENIZERS[method]
+        tokenizer.save_pretrained(folder)
+        written.append(folder)
     scheduler = directory / SCHEDULER_CONFIG
     scheduler.write_text(json.dumps(plan.scheduler, indent=2, default=list) + "\n")
     return [*written, scheduler]
@@ -266,7 +274,7 @@ def add_generate_command(commands: Any) -> None:
                         help="the initial latents' seed: diffusers' image at generator=torch.Generator().manual_seed(SEED)")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--guidance", type=float, default=7.5, help="classifier-free guidance scale (at most 1: none)")
-    parser.add_argument("--scheduler", choices=NOISE_PREDICTION,
+    parser.add_argument("--scheduler", choices=tuple(SCHEDULERS),
                         help="the scheduler to step, built from the scheduler_config.json beside the .pte (default: that "
                              "config's own)")
     parser.add_argument("--out", type=Path, default=Path("image.png"))

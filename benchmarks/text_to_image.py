@@ -3,6 +3,7 @@
 
     python benchmarks/text_to_image.py                         # every row; writes benchmarks/results/text_to_image.*
     python benchmarks/text_to_image.py --rows sd-tiny-fp32 sd-tiny-palettize4
+    python benchmarks/text_to_image.py --plot                  # the plot of the results file (needs the bench extra)
 
 Each row is one process: build the pipeline's parts (the package's tiny
 pipelines, SD 1.x's and SD3's with T5, or SD 1.5's shape: a CLIP ViT-L/14
@@ -129,13 +130,41 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: Path) -> None:
+    """The .pte against the fp16 weights, and seconds per denoising step, per row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [row["row"] for row in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4))
+    left.bar(names, [row[".pte/fp16"] for row in rows])
+    left.axhline(0.35, color="red", linestyle="--", linewidth=1, label="0.35x: the palettize4 target")
+    left.set_ylabel(".pte / the methods' weights in fp16")
+    left.set_title(".pte size")
+    left.legend(fontsize=7)
+    right.bar(names, [row["s/step"] for row in rows])
+    right.set_yscale("log")
+    right.set_ylabel("s per denoising step")
+    right.set_title("denoiser call, coreai-core Linux CPU runtime, 2 cores")
+    for axis in (left, right):
+        axis.tick_params(axis="x", labelrotation=45, labelsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--plot", action="store_true", help="draw the results file's rows, run nothing")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.plot:
+        plot(json.loads((args.results / "text_to_image.json").read_text()), args.results / "text_to_image.png")
+        return
     if args.worker:
         print(json.dumps(worker(args.worker, args.runs)))
         return

@@ -86,6 +86,23 @@ def test_an_sd3_pte_draws_diffusers_image_at_the_same_seed(tmp_path, without):
     assert_draws_diffusers_image(program, parts, tokenizers, [("flow-match-euler", 3, 7.0), ("flow-match-euler", 5, 1.0)])
 
 
+@pytest.mark.slow
+def test_the_device_form_keeps_upstreams_contract_and_draws_diffusers_image(tmp_path):
+    from coreai_partitioner import save_pte
+    from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
+    from coreai_partitioner.text_to_image import ImageProgram, lower_stable_diffusion
+    from coreai_partitioner.verify.describe import outside_delegates
+
+    parts, tokenizers = tiny("stable-diffusion-3")
+    edge = lower_stable_diffusion(parts, height=HEIGHT, width=WIDTH, device=True)  # checks every delegate's inputs
+    # outside: each text encoder's int64 ids cast to fp32 (through int32), the delegate's only input (upstream takes
+    # fp16/fp32 tensors)
+    assert outside_delegates(edge)["text_encoder_3"] == {"aten._to_copy.default": 2}
+    pte = save_pte(edge, tmp_path / "sd3.pte")
+    assert {d.backend_id for method in read_pte(pte).methods for d in read_pte(pte).coreai_delegates(method)} == {"CoreAIBackend"}
+    assert_draws_diffusers_image(ImageProgram(pte), parts, tokenizers, [("flow-match-euler", 3, 7.0)])
+
+
 def save_pipeline(directory, name: str = "stable-diffusion", scheduler_class: str | None = "PNDMScheduler"):
     """The tiny pipeline as ``DiffusionPipeline.save_pretrained`` writes it (by default with SD 1.5's PNDM)."""
     import diffusers

@@ -53,6 +53,29 @@ def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, s
         assert snr >= 40, f"{snr:.1f} dB"
 
 
+def test_the_device_form_keeps_upstreams_contract_and_gives_vits_durations_and_waveform(tmp_path):
+    from coreai_partitioner import save_pte
+    from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
+    from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech.vits import durations_of
+    from coreai_partitioner.verify.describe import outside_delegates
+
+    model = tiny_vits()
+    edge = lower_vits(model, max_tokens=12, max_frames=128, device=True)  # checks every delegate's inputs and outputs
+    # outside: the int64 ids and mask cast to fp32 (through int32), what upstream's runtime passes a delegate
+    assert outside_delegates(edge) == {"durations": {"aten._to_copy.default": 4}, "decoder": {}}
+    pte = save_pte(edge, tmp_path / "vits.pte")
+    contents = read_pte(pte)
+    assert {d.backend_id for method in contents.methods for d in contents.coreai_delegates(method)} == {"CoreAIBackend"}
+    program = VitsProgram(pte)
+    ids = [1, 5, 2, 7, 3, 4]
+    expected, expected_durations = reference(model, ids, 3)
+    assert torch.equal(durations_of(program, ids, seed=3), expected_durations)
+    waveform = synthesize(program, ids, seed=3)
+    assert waveform.shape == expected.shape
+    assert 10 * torch.log10(expected.pow(2).sum() / (expected - waveform).pow(2).sum()) >= 40
+
+
 def test_a_multi_speaker_vits_is_refused_naming_num_speakers_before_export():
     from coreai_partitioner.text_to_speech import UnsupportedVits, lower_vits
 

@@ -27,6 +27,12 @@ the latents over the VAE's scaling factor (plus SD3's shift) decoded, and
 mapped to ``[0, 1]`` as diffusers' image processor maps them.  The resolution
 is fixed when the program is made (``H = h * vae_scale``).  The loop between
 them is :mod:`.loop`.
+
+The device form (``device=True``) is the same methods within upstream's
+on-device runtime's contract: each text encoder's ids cross its delegate as
+fp32 and are cast to int32 inside for the gathers (:class:`DeviceIds`), as
+the text decoders' device forms take theirs; every other input already is
+fp16/fp32 of static shape, and no method has state.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from coreai_partitioner.partition.boundaries import outside_delegate
 from coreai_partitioner.text_to_image.pipeline import STABLE_DIFFUSION, Parts, PipelineConfig, UnsupportedPipeline
 
 #: The methods every ``.pte`` of the task has (a family adds its text encoders: :func:`method_names`).
@@ -129,6 +136,20 @@ def toeplitz(values: torch.Tensor, length: int) -> torch.Tensor:
     return flat[..., length - 1 : length - 1 + length * width].reshape(*values.shape[:-1], length, width)[..., :length]
 
 
+class DeviceIds(nn.Module):
+    """A text encoder method in the device form: its int64 ids cast to fp32 outside the delegate (upstream's runtime
+    passes fp16/fp32 tensors only) and to int32 inside it, for the embedding and the end-of-text mask."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, input_ids: torch.Tensor) -> Any:
+        with outside_delegate():
+            ids = input_ids.to(torch.float32)
+        return self.encoder(ids.to(torch.int32))
+
+
 class Denoiser(nn.Module):
     """The UNet at batch 2 (negative prompt, prompt) and classifier-free guidance: one step's noise prediction."""
 
@@ -176,7 +197,7 @@ class VaeDecoder(nn.Module):
         if self.shift_factor:
             latents = latents + self.shift_factor
         image = self.vae.decode(latents, return_dict=False)[0]
-        return (image * 0.5 + 0.5).clamp(0, 1)
+        return (image * 0.5 + 0.5).clamp(0, 1).contiguous()  # laid out as it is read (the device form's contract)
 
 
 def latent_size(config: PipelineConfig, height: int, width: int) -> tuple[int, int]:
@@ -196,17 +217,21 @@ def latent_size(config: PipelineConfig, height: int, width: int) -> tuple[int, i
     return height // scale, width // scale
 
 
-def method_modules(parts: Parts) -> dict[str, nn.Module]:
+def method_modules(parts: Parts, device: bool = False) -> dict[str, nn.Module]:
+    """The family's methods over ``parts`` (the device form's text encoders take their ids as :class:`DeviceIds`)."""
     config = parts.pipeline_config
     decoder = VaeDecoder(parts.vae, config.scaling_factor, config.shift_factor).eval()
     if config.family is STABLE_DIFFUSION:
-        return {"text_encoder": TextEncoder(parts.text_encoder).eval(), "denoiser": Denoiser(parts.unet).eval(),
-                "vae_decoder": decoder}
-    encoders = {"text_encoder": PooledTextEncoder(parts.text_encoder).eval(),
-                "text_encoder_2": PooledTextEncoder(parts.text_encoder_2).eval()}
-    if "text_encoder_3" in parts.folders:
-        encoders["text_encoder_3"] = T5TextEncoder(parts.text_encoder_3, T5_LENGTH).eval()
-    return {**encoders, "denoiser": MMDiTDenoiser(parts.transformer).eval(), "vae_decoder": decoder}
+        encoders = {"text_encoder": TextEncoder(parts.text_encoder)}
+        denoiser = Denoiser(parts.unet)
+    else:
+        encoders = {"text_encoder": PooledTextEncoder(parts.text_encoder),
+                    "text_encoder_2": PooledTextEncoder(parts.text_encoder_2)}
+        if "text_encoder_3" in parts.folders:
+            encoders["text_encoder_3"] = T5TextEncoder(parts.text_encoder_3, T5_LENGTH)
+        denoiser = MMDiTDenoiser(parts.transformer)
+    encoders = {name: (DeviceIds(encoder) if device else encoder).eval() for name, encoder in encoders.items()}
+    return {**encoders, "denoiser": denoiser.eval(), "vae_decoder": decoder}
 
 
 def text_length(config: PipelineConfig) -> int:
@@ -266,11 +291,13 @@ def constant_methods(config: PipelineConfig, height: int, width: int) -> dict[st
 
 
 def lower_stable_diffusion(
-    parts: Parts, *, height: int, width: int, quantize: Any = None, quantized_reference: dict | None = None,
-    **partitioner_options: Any,
+    parts: Parts, *, height: int, width: int, device: bool = False, quantize: Any = None,
+    quantized_reference: dict | None = None, **partitioner_options: Any,
 ):
     """The family's methods lowered to one ``.pte`` (one asset: each weight stored once,
-    :func:`~coreai_partitioner.lowering.methods.lower_method_modules`) at ``height`` x ``width``, the weights stored as
+    :func:`~coreai_partitioner.lowering.methods.lower_method_modules`) at ``height`` x ``width``, in the host form
+    or (``device``) the form upstream's on-device runtime runs, its delegates checked against that runtime's
+    contract; the weights stored as
     ``quantize`` (a scheme of :data:`coreai_partitioner.quantize.SCHEMES`, or ``None``) says (``quantized_reference``,
     a dict, receives each method's quantized eager module); the ``EdgeProgramManager``, with
     :func:`constant_methods`.
@@ -278,8 +305,8 @@ def lower_stable_diffusion(
     from coreai_partitioner.lowering.methods import lower_method_modules
 
     return lower_method_modules(
-        method_modules(parts), method_samples(parts.pipeline_config, height, width, next(parts.vae.parameters()).dtype),
-        device=False,
+        method_modules(parts, device), method_samples(parts.pipeline_config, height, width, next(parts.vae.parameters()).dtype),
+        device=device,
         constant_methods=constant_methods(parts.pipeline_config, height, width), quantize=quantize,
         quantized_reference=quantized_reference, **partitioner_options,
     )

@@ -32,6 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from coreai_partitioner.partition.boundaries import outside_delegate
+
 #: The methods of the ``.pte``, in the order a run calls them.
 METHODS = ("durations", "decoder")
 
@@ -55,11 +57,16 @@ def check_config(config: Any) -> None:
 
 
 class Durations(nn.Module):
-    """``VitsModel``'s text encoder and duration predictor; the stochastic predictor's noise is an input."""
+    """``VitsModel``'s text encoder and duration predictor; the stochastic predictor's noise is an input.
 
-    def __init__(self, model: nn.Module) -> None:
+    In the device form (``device``) the int64 ids and mask cross the delegate as fp32 (upstream's on-device runtime
+    passes fp16/fp32 tensors only) and are cast to int32 inside it, as the text decoders' device forms take theirs.
+    """
+
+    def __init__(self, model: nn.Module, device: bool = False) -> None:
         super().__init__()
         check_model(model)
+        self.device = device
         self.text_encoder = model.text_encoder
         self.duration_predictor = model.duration_predictor
         self.stochastic = bool(model.config.use_stochastic_duration_prediction)
@@ -67,6 +74,10 @@ class Durations(nn.Module):
         self.length_scale = 1.0 / float(model.speaking_rate)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, duration_noise: torch.Tensor):
+        if self.device:
+            with outside_delegate():
+                input_ids, attention_mask = input_ids.to(torch.float32), attention_mask.to(torch.float32)
+            input_ids, attention_mask = input_ids.to(torch.int32), attention_mask.to(torch.int32)
         mask = attention_mask.unsqueeze(-1).to(self.text_encoder.embed_tokens.weight.dtype)
         encoded = self.text_encoder(
             input_ids=input_ids, padding_mask=mask, attention_mask=attention_mask, return_dict=True
@@ -78,7 +89,8 @@ class Durations(nn.Module):
         else:
             log_duration = self.duration_predictor(hidden, mask, None)
         durations = torch.ceil(torch.exp(log_duration) * mask * self.length_scale)
-        return durations[:, 0], encoded.prior_means, encoded.prior_log_variances
+        # the priors laid out as they are read (transformers' are transposed views; the device form's contract)
+        return durations[:, 0], encoded.prior_means.contiguous(), encoded.prior_log_variances.contiguous()
 
     def _stochastic(self, hidden: torch.Tensor, mask: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         """``VitsStochasticDurationPredictor.forward(..., reverse=True)`` with ``noise`` for its ``torch.randn``."""
@@ -206,9 +218,13 @@ def reference(model: nn.Module, input_ids: list[int], seed: int) -> tuple[torch.
     return waveform, torch.ceil(torch.exp(seen[0]) / model.speaking_rate)[0, 0]
 
 
-def lower_vits(model: nn.Module, *, max_tokens: int = 256, max_frames: int = 4096, **partitioner_options: Any):
+def lower_vits(
+    model: nn.Module, *, max_tokens: int = 256, max_frames: int = 4096, device: bool = False, **partitioner_options: Any
+):
     """Both methods lowered to one ``.pte`` (one asset, :func:`~coreai_partitioner.lowering.methods.lower_method_modules`),
-    ``T`` fixed at ``max_tokens`` and ``F`` from 1 to ``max_frames``; the ``EdgeProgramManager``.
+    ``T`` fixed at ``max_tokens`` and ``F`` from 1 to ``max_frames``, in the host form or (``device``) the form
+    upstream's on-device runtime runs, every delegate checked against its contract (a size at most the waveform's
+    ``max_frames * hop``); the ``EdgeProgramManager``.
 
     Constant methods tell the loop what it needs: ``get_sampling_rate``, ``get_hop_length``,
     ``get_noise_channels`` (C), ``get_max_tokens``, ``get_max_frames``, ``get_duration_noise`` (1 where the
@@ -241,9 +257,10 @@ def lower_vits(model: nn.Module, *, max_tokens: int = 256, max_frames: int = 409
         "get_max_frames": max_frames,
         "get_duration_noise": int(bool(config.use_stochastic_duration_prediction)),  # whether VitsModel draws it
     }
-    modules = {"durations": Durations(model).eval(), "decoder": Frames(model).eval()}
+    modules = {"durations": Durations(model, device).eval(), "decoder": Frames(model).eval()}
     return lower_method_modules(
-        modules, samples, device=False, constant_methods=constants, dynamic_shapes=dynamic_shapes, **partitioner_options
+        modules, samples, device=device, constant_methods=constants, dynamic_shapes=dynamic_shapes,
+        bounded=max_frames * hop_length(config) if device else None, **partitioner_options,
     )
 
 

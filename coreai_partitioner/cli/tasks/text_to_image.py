@@ -11,14 +11,15 @@ the family's methods (:mod:`coreai_partitioner.text_to_image.stable_diffusion`):
 its text encoders, ``denoiser`` and ``vae_decoder``, one Core AI delegate
 each, the weights stored once, the resolution fixed by
 ``--height``/``--width``; classifier-free guidance is batch 2 inside
-``denoiser``.  Beside it go the pipeline's tokenizers (a folder each) and
+``denoiser``; ``--target device`` is the form upstream's on-device runtime
+runs (the text encoders' ids cross as fp32).  Beside it go the pipeline's tokenizers (a folder each) and
 its ``scheduler_config.json`` (``--scheduler NAME`` writes one of the
 schedulers the loop steps instead, built from the same config: SD 1.5's PNDM
 is not one).  ``generate-image`` is the loop (diffusers' scheduler, the
 initial latents drawn as diffusers draws them from ``--seed``).  ``--verify``
 judges the image of a fixed prompt against the family's diffusers pipeline
-on the fp32 parts at the same seed, scheduler and 4 steps.  Host form.
-Nothing is downloaded.  Needs the diffusers extra.
+on the fp32 parts at the same seed, scheduler and 4 steps.  Nothing is
+downloaded.  Needs the diffusers extra.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import torch
 from coreai_partitioner import _compat
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection
-from coreai_partitioner.cli.task import Phases, Plan, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, partitioner_options
 from coreai_partitioner.text_to_image.schedulers import SCHEDULERS
 
 NAME = "text-to-image"
@@ -93,11 +94,10 @@ class ImagePlan(Plan):
 
 
 def settle(args: argparse.Namespace, config: Any) -> ImagePlan:
-    """The resolution the pipeline can make, a scheduler the loop steps, the tokenizers, fp32 or fp16, host form."""
+    """The resolution the pipeline can make, a scheduler the loop steps, the tokenizers."""
     from coreai_partitioner.text_to_image.schedulers import build_scheduler
     from coreai_partitioner.text_to_image.stable_diffusion import latent_size
 
-    host_form_only(NAME, args)
     native = config.sample_size * config.vae_scale
     height, width = args.height or native, args.width or native
     latent_size(config, height, width)
@@ -128,7 +128,7 @@ def _tokenizers(args: argparse.Namespace, config: Any) -> dict[str, Any]:
 
 def dry_run(plan: ImagePlan) -> None:
     config, args = plan.config, plan.args
-    print(f"{config.class_name}: {plan.height}x{plan.width}, {args.dtype}, host form, "
+    print(f"{config.class_name}: {plan.height}x{plan.width}, {args.dtype}, {args.target} form, "
           f"scheduler {plan.scheduler[_compat.DIFFUSERS_CLASS]}")
     shapes = _sample_shapes(config, plan.height, plan.width)
     for method, inputs in shapes.items():
@@ -179,7 +179,8 @@ def lower(plan: ImagePlan, model: torch.nn.Module, verified: Any, phases: Phases
     held: dict | None = {} if verified is not None and plan.args.quantize else None
     with phases("export and lower"):
         lowered = lower_stable_diffusion(
-            model, height=plan.height, width=plan.width, quantize=plan.args.quantize, quantized_reference=held,
+            model, height=plan.height, width=plan.width, device=plan.args.target == "device", quantize=plan.args.quantize,
+            quantized_reference=held,
             **partitioner_options(plan.args),
         )
     if not held:
@@ -199,7 +200,8 @@ def _verify_run(plan: ImagePlan, program: Any) -> torch.Tensor:
 
 
 def describe(plan: ImagePlan, model: torch.nn.Module, pte: Any) -> None:
-    print(f"{plan.config.class_name}: {plan.args.dtype}, {plan.height}x{plan.width}, scheduler {plan.scheduler[_compat.DIFFUSERS_CLASS]}")
+    print(f"{plan.config.class_name}: {plan.args.dtype}, {plan.args.target} form, {plan.height}x{plan.width}, "
+          f"scheduler {plan.scheduler[_compat.DIFFUSERS_CLASS]}")
     print(f"  methods: {', '.join(pte.methods)}")
     for method in pte.methods:
         if not method.startswith("get_"):

@@ -15,7 +15,9 @@ delegate each, plus ``get_sampling_rate`` and the loop's limits.
 them from ``--seed`` and writes a WAV at the model's sampling rate.  The app
 turns text into ids (``VitsTokenizer``'s ``vocab.json``, copied beside the
 ``.pte``).  ``--verify`` judges the waveform and durations of seeded random ids
-against ``VitsModel`` itself at the same seed.  fp32, host form, single speaker.
+against ``VitsModel`` itself at the same seed.  fp32, single speaker;
+``--target device`` is the form upstream's on-device runtime runs (the ids and
+mask cross as fp32).
 Nothing is downloaded.  Needs the hf extra.
 """
 
@@ -30,7 +32,7 @@ import torch
 
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, copy_beside, partitioner_options
 
 NAME = "text-to-speech"
 DETECT = Detection(takes="a VitsModel (MMS-TTS)", heads=(Head("VitsModel"),), model_types=("vits",))
@@ -76,10 +78,9 @@ def refusals() -> tuple[type[Exception], ...]:
 
 
 def settle(args: argparse.Namespace, config: Any) -> Plan:
-    """A single-speaker VITS, fp32, the host form, limits the decoder can take."""
+    """A single-speaker VITS, fp32, limits the decoder can take."""
     from coreai_partitioner.text_to_speech.vits import check_config
 
-    host_form_only(NAME, args)
     if args.dtype != "fp32":
         raise CommandError(
             f"--dtype {args.dtype}: text-to-speech exports fp32 (a duration is the ceiling of the predictor's output, "
@@ -96,7 +97,7 @@ def dry_run(plan: Plan) -> None:
 
     config, args = plan.config, plan.args
     hop = hop_length(config)
-    print(f"VitsModel (vits): {config.num_hidden_layers} text-encoder layer(s), fp32, host form, {config.sampling_rate} Hz")
+    print(f"VitsModel (vits): {config.num_hidden_layers} text-encoder layer(s), fp32, {args.target} form, {config.sampling_rate} Hz")
     print(f"  durations(input_ids [1, {args.max_tokens}], attention_mask, duration_noise [1, 2, {args.max_tokens}])")
     print(f"  decoder(durations, prior_means, prior_log_variances, noise [1, {config.flow_size}, F <= {args.max_frames}]) "
           f"-> waveform [1, F * {hop}]")
@@ -129,13 +130,14 @@ def lower(plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> 
 
     with phases("export and lower"):
         lowered = lower_vits(
-            model, max_tokens=plan.args.max_tokens, max_frames=plan.args.max_frames, **partitioner_options(plan.args)
+            model, max_tokens=plan.args.max_tokens, max_frames=plan.args.max_frames,
+            device=plan.args.target == "device", **partitioner_options(plan.args),
         )
     return lowered, None
 
 
 def describe(plan: Plan, model: torch.nn.Module, pte: Any) -> None:
-    print(f"VitsModel (vits): fp32, {model.config.sampling_rate} Hz")
+    print(f"VitsModel (vits): fp32, {plan.args.target} form, {model.config.sampling_rate} Hz")
     print(f"  methods: {', '.join(pte.methods)}")
     for method in ("durations", "decoder"):
         print(f"  {method}: {len(pte.coreai_delegates(method))} Core AI delegate(s)")

@@ -4,16 +4,17 @@ field)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-
-#: The field of every diffusers config file (``model_index.json``, ``scheduler_config.json``) naming its class.
-DIFFUSERS_CLASS = "_class_name"
 
 import torch
 from torch._guards import detect_fake_mode
 from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.utils._pytree import tree_flatten
+
+#: The field of every diffusers config file (``model_index.json``, ``scheduler_config.json``) naming its class.
+DIFFUSERS_CLASS = "_class_name"
 
 
 def annotate_nodes(annotation: dict) -> Any:
@@ -175,23 +176,31 @@ def export_decomposed(
     torch 2.13's ``torch.export._trace._export(pre_dispatch=False)`` traces to
     functional ATen IR through ``_export_to_aten_ir``, whose ``decomp_table``
     ``run_decompositions`` fills on its own re-trace; here the first trace
-    applies it.  As ``run_decompositions`` does, the table's CompositeImplicitAutograd ops are split off and
-    overridden for the trace, so one it leaves out is kept (``upsample_nearest2d.vec``, which the trace would
-    otherwise decompose to an ``index``): the program is ``run_decompositions``'s.  Not thread-safe: the module's
-    function is swapped for the call.
+    applies it.  A CompositeImplicitAutograd op decomposes as the trace meets it; one the table leaves out is kept,
+    as ``run_decompositions`` keeps it (``upsample_nearest2d.vec``, which the trace would otherwise decompose to an
+    ``index``), by overriding those few ops alone for the trace (overriding all of them, as ``run_decompositions``
+    does, costs a third of a second a trace).  Not thread-safe: the module's function is swapped for the call.
     """
     import functools
 
     from torch.export import _trace, exported_program
 
-    composite, rest = exported_program._split_decomp_table_to_cia_and_python_decomp(dict(decompositions))
+    kept = {op: exported_program._special_op_to_preserve_cia for op in _composite_ops() if op not in decompositions}
     to_aten = _trace._export_to_aten_ir
-    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=rest)
+    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=decompositions)
     try:
-        with exported_program._override_composite_implicit_decomp(composite):
+        with exported_program._override_composite_implicit_decomp(kept):
             return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
     finally:
         _trace._export_to_aten_ir = to_aten
+
+
+@functools.cache
+def _composite_ops() -> frozenset:
+    """The CompositeImplicitAutograd ops ``torch.export`` can keep (every functional one): the same every call."""
+    from torch.export import exported_program
+
+    return frozenset(exported_program._collect_all_valid_cia_ops())
 
 
 def return_types_as_tuples(program: Any) -> None:

@@ -109,8 +109,10 @@ class _ContiguousInterpreter(torch.fx.Interpreter):
 
 
 def token_ids(tokenizer: Any, text: str, length: int) -> torch.Tensor:
-    """``text``'s ids padded and truncated to ``length``, as diffusers' pipelines tokenize."""
-    return tokenizer(text, padding="max_length", max_length=length, truncation=True, return_tensors="pt").input_ids
+    """``text``'s ids padded and truncated to ``length``, as diffusers' pipelines tokenize, as the fp32 the text
+    encoder methods take."""
+    ids = tokenizer(text, padding="max_length", max_length=length, truncation=True, return_tensors="pt").input_ids
+    return ids.to(torch.float32)
 
 
 def encode(program: Any, tokenizers: dict[str, Any], text: str) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -28,11 +28,14 @@ mapped to ``[0, 1]`` as diffusers' image processor maps them.  The resolution
 is fixed when the program is made (``H = h * vae_scale``).  The loop between
 them is :mod:`.loop`.
 
-The device form (``device=True``) is the same methods within upstream's
-on-device runtime's contract: each text encoder's ids cross its delegate as
-fp32 and are cast to int32 inside for the gathers (:class:`DeviceIds`), as
-the text decoders' device forms take theirs; every other input already is
-fp16/fp32 of static shape, and no method has state.
+Every text encoder takes its ids as fp32 (exact below 2**24, past any
+vocabulary here), cast to int32 inside its delegate for the gathers
+(:class:`FloatIds`): Core AI carries no int64, so int64 ids would leave a
+cast outside the delegate, and upstream's on-device runtime passes fp16/fp32
+tensors only.  So the device form (``device=True``) is the same methods,
+relabelled and held to that runtime's contract: every input is fp16/fp32 of
+static shape, and no method has state; nothing is outside a delegate in
+either form.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.partition.boundaries import outside_delegate
 from coreai_partitioner.text_to_image.pipeline import STABLE_DIFFUSION, Parts, PipelineConfig, UnsupportedPipeline
 
 #: The methods every ``.pte`` of the task has (a family adds its text encoders: :func:`method_names`).
@@ -136,18 +138,16 @@ def toeplitz(values: torch.Tensor, length: int) -> torch.Tensor:
     return flat[..., length - 1 : length - 1 + length * width].reshape(*values.shape[:-1], length, width)[..., :length]
 
 
-class DeviceIds(nn.Module):
-    """A text encoder method in the device form: its int64 ids cast to fp32 outside the delegate (upstream's runtime
-    passes fp16/fp32 tensors only) and to int32 inside it, for the embedding and the end-of-text mask."""
+class FloatIds(nn.Module):
+    """A text encoder method: its ids taken as fp32 and cast to int32 inside the delegate, for the embedding and the
+    end-of-text mask (the module's docstring says why)."""
 
     def __init__(self, encoder: nn.Module) -> None:
         super().__init__()
         self.encoder = encoder
 
     def forward(self, input_ids: torch.Tensor) -> Any:
-        with outside_delegate():
-            ids = input_ids.to(torch.float32)
-        return self.encoder(ids.to(torch.int32))
+        return self.encoder(input_ids.to(torch.int32))
 
 
 class Denoiser(nn.Module):
@@ -217,8 +217,8 @@ def latent_size(config: PipelineConfig, height: int, width: int) -> tuple[int, i
     return height // scale, width // scale
 
 
-def method_modules(parts: Parts, device: bool = False) -> dict[str, nn.Module]:
-    """The family's methods over ``parts`` (the device form's text encoders take their ids as :class:`DeviceIds`)."""
+def method_modules(parts: Parts) -> dict[str, nn.Module]:
+    """The family's methods over ``parts``, the same in both forms."""
     config = parts.pipeline_config
     decoder = VaeDecoder(parts.vae, config.scaling_factor, config.shift_factor).eval()
     if config.family is STABLE_DIFFUSION:
@@ -230,7 +230,7 @@ def method_modules(parts: Parts, device: bool = False) -> dict[str, nn.Module]:
         if "text_encoder_3" in parts.folders:
             encoders["text_encoder_3"] = T5TextEncoder(parts.text_encoder_3, T5_LENGTH)
         denoiser = MMDiTDenoiser(parts.transformer)
-    encoders = {name: (DeviceIds(encoder) if device else encoder).eval() for name, encoder in encoders.items()}
+    encoders = {name: FloatIds(encoder).eval() for name, encoder in encoders.items()}
     return {**encoders, "denoiser": denoiser.eval(), "vae_decoder": decoder}
 
 
@@ -259,7 +259,7 @@ def method_samples(config: PipelineConfig, height: int, width: int, dtype: torch
     h, w = latent_size(config, height, width)
     clip = config.text_encoder
     latents = torch.zeros(1, config.latent_channels, h, w, dtype=dtype)
-    ids = torch.zeros(1, clip.max_position_embeddings, dtype=torch.long)
+    ids = torch.zeros(1, clip.max_position_embeddings)  # fp32 ids (FloatIds)
     guidance = torch.ones(1, dtype=dtype)
     if config.family is STABLE_DIFFUSION:
         text = torch.zeros(2, clip.max_position_embeddings, clip.hidden_size, dtype=dtype)
@@ -269,7 +269,7 @@ def method_samples(config: PipelineConfig, height: int, width: int, dtype: torch
     pooled = torch.zeros(2, denoiser["pooled_projection_dim"], dtype=dtype)
     samples = {"text_encoder": (ids,), "text_encoder_2": (ids,)}
     if "text_encoder_3" in config.parts:
-        samples["text_encoder_3"] = (torch.zeros(1, T5_LENGTH, dtype=torch.long),)
+        samples["text_encoder_3"] = (torch.zeros(1, T5_LENGTH),)
     return {**samples, "denoiser": (latents, torch.ones(1), text, pooled, guidance), "vae_decoder": (latents,)}
 
 
@@ -305,7 +305,7 @@ def lower_stable_diffusion(
     from coreai_partitioner.lowering.methods import lower_method_modules
 
     return lower_method_modules(
-        method_modules(parts, device), method_samples(parts.pipeline_config, height, width, next(parts.vae.parameters()).dtype),
+        method_modules(parts), method_samples(parts.pipeline_config, height, width, next(parts.vae.parameters()).dtype),
         device=device,
         constant_methods=constant_methods(parts.pipeline_config, height, width), quantize=quantize,
         quantized_reference=quantized_reference, **partitioner_options,

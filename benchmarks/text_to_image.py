@@ -23,18 +23,14 @@ in it).  The Core AI delegates run on coreai-core's Linux CPU runtime on this
 
 from __future__ import annotations
 
-import argparse
-import json
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+import row_benchmark
+
 #: row -> (shape: a tiny config's name or "sd1.5", dtype, quantize scheme or None, image side)
 ROWS = {
     "sd-tiny-fp32": ("stable-diffusion", "fp32", None, 32),
@@ -122,14 +118,6 @@ def worker(name: str, runs: int) -> dict:
     }
 
 
-def table(rows: list[dict]) -> str:
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(str(r[c]).ljust(w) for c, w in zip(COLUMNS, widths)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def plot(rows: list[dict], path: Path) -> None:
     """The .pte against the fp16 weights, and seconds per denoising step, per row."""
     import matplotlib
@@ -154,34 +142,5 @@ def plot(rows: list[dict], path: Path) -> None:
     figure.savefig(path, dpi=110)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--plot", action="store_true", help="draw the results file's rows, run nothing")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.plot:
-        plot(json.loads((args.results / "text_to_image.json").read_text()), args.results / "text_to_image.png")
-        return
-    if args.worker:
-        print(json.dumps(worker(args.worker, args.runs)))
-        return
-    rows = []
-    for name in args.rows:
-        done = subprocess.run([sys.executable, __file__, "--worker", name, "--runs", str(args.runs)],
-                              capture_output=True, text=True, check=True)
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{name}: done", file=sys.stderr)
-    header = (f"python benchmarks/text_to_image.py --rows {' '.join(args.rows)} --runs {args.runs}   "
-              f"(one run, {time.strftime('%Y-%m-%d')}, coreai-core's Linux CPU runtime, 2 cores; random weights)")
-    text = header + "\n\n" + table(rows) + "\n"
-    print(text)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "text_to_image.txt").write_text(text)
-    (args.results / "text_to_image.json").write_text(json.dumps(rows, indent=1) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    row_benchmark.main(__file__, __doc__, ROWS, COLUMNS, worker, "text_to_image", "random weights", plot=plot)

@@ -17,18 +17,14 @@ this 2-core machine, not on a device.
 
 from __future__ import annotations
 
-import argparse
-import json
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+import row_benchmark
+
 #: row -> (config overrides, token ids per run, max tokens, max frames)
 ROWS = {
     "vits-tiny": ("tiny", 12, 16, 512),
@@ -83,38 +79,5 @@ def worker(name: str, runs: int) -> dict:
     }
 
 
-def table(rows: list[dict]) -> str:
-    widths = [max(len(c), *(len(str(r[c])) for r in rows)) for c in COLUMNS]
-    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(COLUMNS, widths)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(str(r[c]).ljust(w) for c, w in zip(COLUMNS, widths)) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", nargs="+", choices=tuple(ROWS), default=list(ROWS))
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        print(json.dumps(worker(args.worker, args.runs)))
-        return
-    rows = []
-    for name in args.rows:
-        done = subprocess.run([sys.executable, __file__, "--worker", name, "--runs", str(args.runs)],
-                              capture_output=True, text=True, check=True)
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{name}: done", file=sys.stderr)
-    header = (f"python benchmarks/text_to_speech.py --rows {' '.join(args.rows)} --runs {args.runs}   "
-              f"(one run, {time.strftime('%Y-%m-%d')}, coreai-core's Linux CPU runtime, 2 cores; fp32, random weights)")
-    text = header + "\n\n" + table(rows) + "\n"
-    print(text)
-    args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "text_to_speech.txt").write_text(text)
-    (args.results / "text_to_speech.json").write_text(json.dumps(rows, indent=1) + "\n")
-
-
 if __name__ == "__main__":
-    main()
+    row_benchmark.main(__file__, __doc__, ROWS, COLUMNS, worker, "text_to_speech", "fp32, random weights")

@@ -22,37 +22,22 @@ import torch
 
 from coreai_partitioner.text_to_image.pipeline import SCHEDULER_CONFIG, STABLE_DIFFUSION, STABLE_DIFFUSION_3
 from coreai_partitioner.text_to_image.stable_diffusion import METHODS, T5_LENGTH
+from coreai_partitioner.verify.program import LoadedProgram
 
 #: The tokenizer folders written beside the ``.pte``, by the text encoder method that reads their ids.
 TOKENIZERS = {"text_encoder": "tokenizer", "text_encoder_2": "tokenizer_2", "text_encoder_3": "tokenizer_3"}
 
 
-class ImageProgram:
-    """A text-to-image ``.pte`` loaded in ExecuTorch's runtime, its Core AI delegates on this package's host backend,
-    with the tokenizers and scheduler config written beside it; the program is held as long as its methods run."""
+class ImageProgram(LoadedProgram):
+    """A text-to-image ``.pte`` loaded in ExecuTorch's runtime, with the tokenizers and scheduler config written
+    beside it."""
 
-    def __init__(self, pte: str | os.PathLike) -> None:
-        from coreai_partitioner.backends.apple_coreai.runtime import host
-
-        self.path = Path(pte)
-        self.program = host.load_program(self.path)
-        names = set(self.program.method_names)
-        missing = set(METHODS) - names
-        if missing:
-            raise ValueError(
-                f"{self.path}: no method {', '.join(sorted(missing))}; it has {', '.join(sorted(names))}: "
-                "export a text-to-image pipeline (python -m coreai_partitioner export --checkpoint PIPELINE_DIR)"
-            )
-        self.methods = {name: self.program.load_method(name) for name in sorted(names) if not name.startswith("get_")}
-
-    def constant(self, name: str) -> int:
-        return int(self.program.load_method(name).execute([])[0])
-
-    def has(self, method: str) -> bool:
-        return method in self.methods
+    METHODS = METHODS
+    EXPORT = "a text-to-image pipeline (python -m coreai_partitioner export --checkpoint PIPELINE_DIR)"
 
     def run(self, method: str, *inputs: torch.Tensor) -> Any:
-        outputs = self.methods[method].execute([t.contiguous() for t in inputs])
+        """A method's one output, or its outputs as a tuple (as :class:`EagerMethods` gives them)."""
+        outputs = super().run(method, *inputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def tokenizers(self) -> dict[str, Any]:

@@ -117,9 +117,6 @@ class PipelineConfig:
         size = self.denoiser.get("sample_size", 64)
         return int(size if isinstance(size, int) else size[0])
 
-    def to_dict(self) -> dict[str, Any]:
-        return {_compat.DIFFUSERS_CLASS: self.class_name}
-
 
 def read_pipeline(directory: Path) -> PipelineConfig:
     """``directory``'s configs, checked (:func:`check_config`); no weights are read."""

@@ -13,7 +13,7 @@ SD3-class MMDiT (:data:`~.pipeline.STABLE_DIFFUSION_3`):
   (``input_ids [1, 77] -> (penultimate hidden states [1, 77, D], pooled
   projection [1, P])``, as ``StableDiffusion3Pipeline._get_clip_prompt_embeds``
   reads them), and ``text_encoder_3`` where the pipeline has its T5
-  (:class:`TextEncoder`: ``[1, 256] -> [1, 256, J]``);
+  (:class:`T5TextEncoder`: ``[1, 256] -> [1, 256, J]``);
 - :class:`MMDiTDenoiser`, ``denoiser(latents, timestep [1] (fp32), text [2, 77 + 256, J],
   pooled [2, P1 + P2], guidance [1]) -> velocity``.
 
@@ -47,14 +47,14 @@ from torch import nn
 
 from coreai_partitioner.text_to_image.pipeline import STABLE_DIFFUSION, Parts, PipelineConfig, UnsupportedPipeline
 
-#: The methods every ``.pte`` of the task has (a family adds its text encoders: :func:`method_names`).
+#: The methods every ``.pte`` of the task has (SD3 adds ``text_encoder_2`` and, with T5, ``text_encoder_3``).
 METHODS = ("text_encoder", "denoiser", "vae_decoder")
 #: The T5 encoder's length in SD3 (``max_sequence_length``'s default in ``StableDiffusion3Pipeline``).
 T5_LENGTH = 256
 
 
 class TextEncoder(nn.Module):
-    """A text encoder to its last hidden state (SD 1.x/2.x's CLIP, SD3's T5)."""
+    """CLIP's text encoder to its last hidden state (SD 1.x/2.x's conditioning)."""
 
     def __init__(self, text_encoder: nn.Module) -> None:
         super().__init__()

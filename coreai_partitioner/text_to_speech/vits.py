@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.partition.boundaries import outside_delegate
+from coreai_partitioner.verify.program import LoadedProgram
 
 #: The methods of the ``.pte``, in the order a run calls them.
 METHODS = ("durations", "decoder")
@@ -264,28 +265,11 @@ def lower_vits(
     )
 
 
-class VitsProgram:
-    """A text-to-speech ``.pte`` (methods ``durations`` and ``decoder``) loaded in ExecuTorch's runtime, its Core AI
-    delegates on this package's host backend; the program is held as long as its methods run."""
+class VitsProgram(LoadedProgram):
+    """A text-to-speech ``.pte`` (methods ``durations`` and ``decoder``) loaded in ExecuTorch's runtime."""
 
-    def __init__(self, pte: str | os.PathLike) -> None:
-        from coreai_partitioner.backends.apple_coreai.runtime import host
-
-        self.path = Path(pte)
-        self.program = host.load_program(self.path)
-        missing = set(METHODS) - set(self.program.method_names)
-        if missing:
-            raise ValueError(
-                f"{self.path}: no method {', '.join(sorted(missing))}; it has {', '.join(sorted(self.program.method_names))}: "
-                "export a text-to-speech checkpoint (python -m coreai_partitioner export --checkpoint DIR)"
-            )
-        self.methods = {name: self.program.load_method(name) for name in METHODS}
-
-    def constant(self, name: str) -> int:
-        return int(self.program.load_method(name).execute([])[0])
-
-    def run(self, method: str, inputs: tuple) -> list[torch.Tensor]:
-        return list(self.methods[method].execute(list(inputs)))
+    METHODS = METHODS
+    EXPORT = "a text-to-speech checkpoint (python -m coreai_partitioner export --checkpoint DIR)"
 
 
 def _durations_call(program: VitsProgram, ids: torch.Tensor, seed: int) -> list[torch.Tensor]:
@@ -302,7 +286,7 @@ def _durations_call(program: VitsProgram, ids: torch.Tensor, seed: int) -> list[
         nn.functional.pad(ids, padded), nn.functional.pad(torch.ones_like(ids), padded),
         nn.functional.pad(duration_noise, padded),
     )
-    return program.run("durations", inputs)
+    return program.run("durations", *inputs)
 
 
 def durations_of(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
@@ -329,8 +313,7 @@ def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, see
     # as VitsModel draws it: randn_like of its prior, a transposed [1, F, C] (torch fills a strided tensor element by
     # element, other numbers than a contiguous one's from the same seed)
     noise = torch.randn_like(torch.empty(1, frames, program.constant("get_noise_channels")).transpose(1, 2))
-    inputs = tuple(t.contiguous() for t in (durations, means, log_variances, noise))  # the runtime's views, laid out
-    return program.run("decoder", inputs)[0][0]
+    return program.run("decoder", durations, means, log_variances, noise)[0][0]
 
 
 def write_wav(waveform: torch.Tensor, sampling_rate: int, path: str | os.PathLike) -> Path:

@@ -36,7 +36,6 @@ from coreai_partitioner import _compat
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection
 from coreai_partitioner.cli.task import Phases, Plan, partitioner_options
-from coreai_partitioner.text_to_image.schedulers import SCHEDULERS
 
 NAME = "text-to-image"
 DETECT = Detection(takes="a diffusers Stable Diffusion pipeline directory (model_index.json)", files=("model_index.json",))
@@ -71,6 +70,8 @@ def load_config(checkpoint: Path) -> Any:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
+    from coreai_partitioner.text_to_image.schedulers import SCHEDULERS  # the room imports ExecuTorch: not at detection
+
     parser.add_argument("--height", type=int, help="the image height in pixels (default: the pipeline's own)")
     parser.add_argument("--width", type=int, help="the image width in pixels (default: the pipeline's own)")
     parser.add_argument("--scheduler", choices=tuple(SCHEDULERS),
@@ -268,6 +269,8 @@ def after(plan: ImagePlan) -> None:
 
 def add_generate_command(commands: Any) -> None:
     """``generate-image PTE --prompt ... [--seed N] [--steps K] [--guidance G] [--out image.png]``."""
+    from coreai_partitioner.text_to_image.schedulers import SCHEDULERS
+
     parser = commands.add_parser("generate-image", help="run a text-to-image .pte (export's text-to-image task) and write a PNG")
     parser.add_argument("pte", type=Path)
     parser.add_argument("--prompt", required=True)

@@ -107,3 +107,27 @@ def test_a_bmm_whose_operands_both_have_a_batch_keeps_it():
 class _Product(torch.nn.Module):
     def forward(self, a, b):
         return torch.bmm(a, b)
+
+
+@pytest.mark.slow
+def test_one_dimensional_interpolation_a_scalar_remainder_and_an_integer_operand_lower_whole_with_eagers_output():
+    """Kokoro's vocoder's ops (partition/decompositions.py, lowering/passes.py's FloatOperands): ``F.interpolate`` on
+    ``[N, C, L]`` (nearest, linear up and down), ``x % 1``, ``torch.rsqrt(torch.tensor(2))``; each killed a lowering
+    or left an int64 ``index`` outside the delegate."""
+    from helpers import run_edge
+
+    from coreai_partitioner import lower
+    from coreai_partitioner.verify.describe import outside_delegates
+
+    class Vocoderish(torch.nn.Module):
+        def forward(self, x):
+            nearest = torch.nn.functional.interpolate(x, scale_factor=2, mode="nearest")
+            up = torch.nn.functional.interpolate(x, scale_factor=4, mode="linear")
+            down = torch.nn.functional.interpolate(x, scale_factor=0.25, mode="linear")
+            scaled = (x % 1) * torch.rsqrt(torch.tensor(2))
+            return torch.cat([nearest.mean(-1), up.mean(-1), down.amax(-1), scaled.sum(-1)], dim=-1)
+
+    sample = (torch.randn(1, 3, 16) * 3,)
+    edge = lower(Vocoderish().eval(), sample)
+    assert outside_delegates(edge) == {"forward": {}}
+    torch.testing.assert_close(torch.as_tensor(run_edge(edge, sample)), Vocoderish()(*sample), rtol=1e-5, atol=1e-5)

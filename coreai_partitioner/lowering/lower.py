@@ -73,7 +73,7 @@ def export_with_composites(
     bound (a run that exceeds it fails in ExecuTorch's resize).  A size
     with neither is refused here, naming the node that makes it.
     """
-    from coreai_torch import get_decomp_table
+    from coreai_partitioner.partition.decompositions import coreai_table
 
     if dtype is not None:
         check_dtype(dtype)
@@ -90,7 +90,7 @@ def export_with_composites(
             program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
         if quantize is not None or decompositions is not None:
             return program  # quantize() decomposes, with the table given
-        return program.run_decompositions(get_decomp_table())
+        return program.run_decompositions(coreai_table())
 
     with floating_as(model, dtype):
         program, records = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)

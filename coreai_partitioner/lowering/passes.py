@@ -16,6 +16,9 @@ convnext and swin), which coreai-torch does not convert.
 :class:`BatchOneBmmAsMm` turns a ``bmm`` whose second operand is a batch-1
 tensor expanded over the batch into one ``mm``, which coreai-core's rewrite
 pipeline mis-ranks (VITS's relative-position attention).
+:class:`FloatOperands` casts an integer operand of a floating-point function
+(``torch.rsqrt(torch.tensor(2))`` in Kokoro's residual blocks) to the result's
+dtype, which the converter otherwise keeps integer ("dtype si32 vs f32").
 :func:`remove_noop_expands`, run on an exported program before lowering,
 keeps a dimension enumerable down to 1 (an LLM's ``T`` in {1, chunk}): it
 drops the ``expand`` calls that specialize wrongly in Core AI (coreai-core 1.0.0b3).
@@ -87,6 +90,47 @@ class NarrowToCoreAIDtypes:
         output.args = (tuple(outputs),)
         graph_module.recompile()
         return PassResult(graph_module, True)
+
+
+#: ATen's elementwise functions that compute in floating point: an integer operand's result is floating.
+FLOAT_FUNCTIONS = (
+    "rsqrt", "sqrt", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos",
+    "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "reciprocal", "erf", "erfinv",
+)
+
+
+class FloatOperands:
+    """Cast the integer (or bool) operand of a floating-point function to its result's dtype, before the function.
+
+    ATen promotes it inside the kernel; coreai-torch lowers the function on the
+    operand's dtype and fails the program ("aten_rsqrt_default[0]: dtype si32
+    vs f32"), so ``torch.rsqrt(torch.tensor(2))`` killed a whole lowering.  The
+    cast is what ATen does first, so the numbers are the same.
+    """
+
+    def __call__(self, graph_module: GraphModule) -> PassResult:
+        graph = graph_module.graph
+        op = _op_for(graph)
+        functions = {op(name) for name in FLOAT_FUNCTIONS}
+        to_copy = _to_copy_for(graph)
+        changed = False
+        for node in list(graph.nodes):
+            if node.op != "call_function" or node.target not in functions:
+                continue
+            operand, result = node.args[0], _val(node)
+            value = _val(operand)
+            if not (isinstance(value, torch.Tensor) and isinstance(result, torch.Tensor)):
+                continue
+            if value.dtype.is_floating_point or not result.dtype.is_floating_point:
+                continue
+            with graph.inserting_before(node):
+                cast = graph.call_function(to_copy, (operand,), {"dtype": result.dtype})
+            cast.meta["val"] = value.to(result.dtype)
+            node.replace_input_with(operand, cast)
+            changed = True
+        if changed:
+            graph_module.recompile()
+        return PassResult(graph_module, changed)
 
 
 def propagate_from(graph_module: GraphModule, changed: list[torch.fx.Node], to_copy) -> None:
@@ -307,7 +351,7 @@ def get_default_compile_config() -> Any:
 
 def get_default_passes() -> list:
     """The edge transform passes Core AI lowering needs, for static and dynamic shapes alike."""
-    return [SplitSymbolicSizes(), RemoveNoopAsStrided(), BatchOneBmmAsMm(), NarrowToCoreAIDtypes()]
+    return [SplitSymbolicSizes(), RemoveNoopAsStrided(), BatchOneBmmAsMm(), FloatOperands(), NarrowToCoreAIDtypes()]
 
 
 def _to_copy_for(graph: torch.fx.Graph):

@@ -47,6 +47,7 @@ from torch.export import ExportedProgram
 from coreai_partitioner import _compat
 from coreai_partitioner.partition.boundaries import mark_outside, sizes_from_floats
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
+from coreai_partitioner.partition.decompositions import DECOMPOSITIONS
 from coreai_partitioner.lowering.passes import get_default_compile_config, get_default_passes
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def bounds_kept() -> Iterator[None]:
 
 
 def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: ExportedProgram | None = None) -> dict:
-    """The decompositions ``to_edge_transform_and_lower`` applies for ``partitioner``.
+    """The decompositions ``to_edge_transform_and_lower`` applies for ``partitioner``, and this package's
+    (:mod:`coreai_partitioner.partition.decompositions`: ops coreai-torch lowers in other words).
 
     Core AI's partitioner keeps the same ops for every instance and program
     (those coreai-torch's table leaves whole), so both may be left out
@@ -104,6 +106,7 @@ def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: E
     keep, _ = (partitioner or CoreAIPartitioner()).ops_to_not_decompose(program)
     for op in keep:
         table.pop(op, None)
+    table.update(DECOMPOSITIONS)  # what coreai-torch lowers in other words (one-dimensional interpolation)
     return table
 
 

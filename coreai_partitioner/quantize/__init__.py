@@ -116,13 +116,13 @@ def quantize(
     them (:func:`~.checks.keep_unstorable_float`).
 
     The result is decomposed with ``decompositions`` (coreai-torch's table by
-    default), ready for ``to_edge_transform_and_lower``; its ``module()`` is
+    default, with this package's: :func:`~coreai_partitioner.partition.decompositions.coreai_table`), ready for ``to_edge_transform_and_lower``; its ``module()`` is
     the quantized eager model.  The input program is left as it was.
     """
     if decompositions is None:
-        from coreai_torch import get_decomp_table
+        from coreai_partitioner.partition.decompositions import coreai_table
 
-        decompositions = get_decomp_table()
+        decompositions = coreai_table()
     if isinstance(scheme, (str, Scheme)):
         scheme = schemes.scheme(scheme, group_size=group_size, block_size=block_size)
         unstorable = keep_unstorable_float(planned_weights(exported_program, scheme, keep_float), scheme.name, stacklevel=2)

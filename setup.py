@@ -64,12 +64,15 @@ setup(
     ],
     extras_require={
         # gguf and accelerate load the real trained checkpoint the tests use (tests/real_checkpoint.py).
-        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0", "peft==0.21.2", "diffusers==0.42.1"],
+        "test": ["pytest>=8", "pytest-xdist==3.8.0", "pytest-timeout==2.4.0", "pytest-json-report==1.5.0", "hypothesis>=6", "transformers==5.24.0", "coreai-opt==0.4.0", "gguf==0.19.0", "accelerate==1.15.0", "sentence-transformers==6.3.0", "peft==0.21.2", "diffusers==0.42.1", "loguru==0.7.3"],
         "quantize": ["coreai-opt==0.4.0"],
         # PEFT LoRA adapters over one base (export --adapter); the test extra trains two (tests/real_adapters.py).
         "adapters": ["peft==0.21.2"],
         # Stable Diffusion pipelines (export's text-to-image task; generate-image steps diffusers' schedulers).
         "diffusers": ["diffusers==0.42.1"],
+        # Kokoro (export's text-to-speech task): its model code's one dependency beyond torch and transformers; the
+        # kokoro package itself installs with --no-deps (its G2P, misaki[en] with spaCy, is the app's).
+        "kokoro": ["loguru==0.7.3"],
         # Tested on 5.24.0 and on 5.0.0rc1 (what optimum-executorch 1.1.0 pins): tests/test_transformers_rc1.py.
         "hf": ["transformers>=5.0.0rc1,<=5.24.0"],
         "bench": ["matplotlib>=3.8"],

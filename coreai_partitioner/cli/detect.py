@@ -69,6 +69,9 @@ class Detection:
     heads: tuple[Head, ...] = ()
     model_types: Iterable[str] | Callable[[], Iterable[str]] = ()  # its families' model types (a function: read late)
     files: tuple[str, ...] = ()  # a file of these beside config.json makes a checkpoint this task's, whatever its head
+    # Whether a directory is this task's by what its files hold (Kokoro's config.json has no model_type): reads
+    # them, imports nothing heavy.
+    directory: Callable[[Path], bool] | None = None
     refusal_hint: Callable[[str | None], str] | None = None  # a sentence ending the refusal of a model type it knows
     # Refuses (raises) another task's config in the task's own words, before the command's refusal says its task.
     own_refusal: Callable[[Any], None] | None = None
@@ -121,6 +124,8 @@ def task_of_files(checkpoint: Path) -> str | None:
     """The task the files of a checkpoint directory say (a task's ``DETECT.files``), or ``None``."""
     for name, task in tasks().items():
         if any((checkpoint / file).is_file() for file in task.DETECT.files):
+            return name
+        if task.DETECT.directory is not None and task.DETECT.directory(checkpoint):
             return name
     return None
 

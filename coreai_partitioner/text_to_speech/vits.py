@@ -33,10 +33,8 @@ import torch
 from torch import nn
 
 from coreai_partitioner.partition.boundaries import outside_delegate
-from coreai_partitioner.verify.program import LoadedProgram
+from coreai_partitioner.text_to_speech.program import SpeechProgram
 
-#: The methods of the ``.pte``, in the order a run calls them.
-METHODS = ("durations", "decoder")
 
 
 class UnsupportedVits(ValueError):
@@ -227,7 +225,7 @@ def lower_vits(
     upstream's on-device runtime runs, every delegate checked against its contract (a size at most the waveform's
     ``max_frames * hop``); the ``EdgeProgramManager``.
 
-    Constant methods tell the loop what it needs: ``get_sampling_rate``, ``get_hop_length``,
+    Constant methods tell the loop what it needs: ``get_family`` (1), ``get_sampling_rate``, ``get_hop_length``,
     ``get_noise_channels`` (C), ``get_max_tokens``, ``get_max_frames``, ``get_duration_noise`` (1 where the
     duration predictor is the stochastic one, which draws noise).
     """
@@ -251,6 +249,7 @@ def lower_vits(
     }
     dynamic_shapes = {"durations": None, "decoder": (None, None, None, {2: frames_dim})}
     constants = {
+        "get_family": FAMILY,
         "get_sampling_rate": int(config.sampling_rate),
         "get_hop_length": hop_length(config),
         "get_noise_channels": channels,
@@ -265,14 +264,14 @@ def lower_vits(
     )
 
 
-class VitsProgram(LoadedProgram):
-    """A text-to-speech ``.pte`` (methods ``durations`` and ``decoder``) loaded in ExecuTorch's runtime."""
+#: What the program's ``get_family`` says (:data:`~.program.FAMILIES`).
+FAMILY = 1
 
-    METHODS = METHODS
-    EXPORT = "a text-to-speech checkpoint (python -m coreai_partitioner export --checkpoint DIR)"
+#: The loaded program :func:`synthesize` runs (the name tests and callers of earlier versions use).
+VitsProgram = SpeechProgram
 
 
-def _durations_call(program: VitsProgram, ids: torch.Tensor, seed: int) -> list[torch.Tensor]:
+def _durations_call(program: SpeechProgram, ids: torch.Tensor, seed: int) -> list[torch.Tensor]:
     """``durations`` on ``ids`` padded to the program's length, its noise the first ``VitsModel.forward`` draws at
     ``seed``; the generator left where ``VitsModel`` leaves it before its second draw."""
     count, most = ids.shape[1], program.constant("get_max_tokens")
@@ -289,13 +288,13 @@ def _durations_call(program: VitsProgram, ids: torch.Tensor, seed: int) -> list[
     return program.run("durations", *inputs)
 
 
-def durations_of(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
+def durations_of(program: SpeechProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
     """Each token's duration in spectrogram frames (``[T]``), as ``VitsModel`` predicts it at ``seed``."""
     ids = torch.as_tensor(input_ids, dtype=torch.long).reshape(1, -1)
     return _durations_call(program, ids, seed)[0][0, : ids.shape[1]]
 
 
-def synthesize(program: VitsProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
+def synthesize(program: SpeechProgram, input_ids: list[int] | torch.Tensor, *, seed: int = 0) -> torch.Tensor:
     """The waveform ``[samples]`` of ``input_ids`` through ``program``.
 
     The noises are drawn from ``torch.manual_seed(seed)`` in ``VitsModel.forward``'s order, so the waveform is the one

@@ -88,7 +88,13 @@ ROWS = {
     # Llama-3.1-8B's shape, weight-only quantized: k-means look-up tables beside coreai-opt's int4 blocks
     "llama-3.1-8b-int4": ("llama-3.1-8b", "fp16", 32, {"quantize": "int4"}),
     "llama-3.1-8b-palettize4": ("llama-3.1-8b", "fp16", 32, {"quantize": "palettize4"}),
+    # the same, each stored weight read from the checkpoint as it is compressed (quantize/streamed.py: what the export
+    # command does under --quantize without --verify)
+    "llama-3.1-8b-int4-streamed": ("llama-3.1-8b", "fp16", 32, {"quantize": "int4", "streamed": True}),
+    "llama-3.1-8b-palettize4-streamed": ("llama-3.1-8b", "fp16", 32, {"quantize": "palettize4", "streamed": True}),
 }
+#: Row options for the loader, not the export.
+LOADER_OPTIONS = ("streamed",)
 PATHS = ("plugin", "oneshot")
 #: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
 #: runtime runs fp16 in software: a 64-token call of the 4-layer fp16 row took 546 s, 377 s of it the
@@ -104,6 +110,7 @@ RUNTIME_ONLY_ROWS = (
     "qwen3-0.6b-28l-fp32", "qwen3-0.6b-28l-fp32-all-logits", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32",
     "qwen3.5-8l", "qwen3.5-4l-fp32", "qwen3-0.6b-28l-device", "qwen3-0.6b-28l-fp32-device",
     "llama-3.1-8b-int4", "llama-3.1-8b-palettize4",  # coreai-torch's one shot of 8B weights: ~37 GB
+    "llama-3.1-8b-int4-streamed", "llama-3.1-8b-palettize4-streamed",
 )
 #: Rows with experts: a one-call prefill gathers every (token, expert) pair's weights, as single calls do.
 MOE_ROWS = ("qwen3-moe", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32")
@@ -156,8 +163,13 @@ def model_loader(name: str, cache_dir: Path):
                                           cache_dir / f"{recipe}-shape-{layers}l-fp16")
 
     def load():
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
+        if ROWS[name][3].get("streamed"):
+            from coreai_partitioner.quantize.streamed import load_streamed
+
+            config = AutoConfig.from_pretrained(path, local_files_only=True)
+            return load_streamed(AutoModelForCausalLM, path, config, dtype, ROWS[name][3]["quantize"])
         return AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, local_files_only=True, attn_implementation="eager"
         ).eval()
@@ -255,7 +267,7 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
     out = out_dir / f"{name}.pte"
     model, measurement = memory_profile.measure_export(
         load, out, max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PROMPT, oneshot=path == "oneshot", profile=profile,
-        **ROWS[name][3],
+        **{key: value for key, value in ROWS[name][3].items() if key not in LOADER_OPTIONS},
     )
     print(measurement.report(name, path == "oneshot"), flush=True)
     result = {

@@ -233,8 +233,11 @@ def save_checkpoint(config: Any, path: Path) -> Path:
 
 
 def weight_bytes(model: Any) -> int:
-    """Bytes of the model's parameters and buffers, a tied tensor counted once."""
-    tensors = {t.data_ptr(): t for t in model.state_dict().values()}
+    """Bytes of the model's parameters and buffers, a tied tensor counted once (a weight left in the checkpoint,
+    ``quantize/streamed.py``'s, by its object: it has no data)."""
+    from coreai_partitioner.quantize.streamed import is_streamed
+
+    tensors = {id(t) if is_streamed(t) else t.data_ptr(): t for t in model.state_dict(keep_vars=True).values()}
     return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
@@ -297,7 +300,10 @@ def measure_export(
         model = load()
     weights = weight_bytes(model)
     with profile.phase("page in weights"):  # safetensors are mmap'd: count them in the baseline
-        for tensor in {t.data_ptr(): t for t in model.state_dict().values()}.values():
+        from coreai_partitioner.quantize.streamed import is_streamed
+
+        held = [t for t in model.state_dict(keep_vars=True).values() if not is_streamed(t)]  # a streamed weight is read at export
+        for tensor in {t.data_ptr(): t for t in held}.values():
             float(tensor.reshape(-1).view(torch.uint8)[::4096].sum())
     baseline = profile.restart_peak()  # loading an fp16 checkpoint as fp32 peaks above it: not the export's
     out.parent.mkdir(parents=True, exist_ok=True)

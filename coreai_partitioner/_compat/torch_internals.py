@@ -1,6 +1,6 @@
 """torch's private names: symbolic sizes and their ranges, exporting to decomposed ATen in one trace, programs rebuilt
-over other graphs, module internals; and transformers' one (T5's position buckets), diffusers' one (its configs' class
-field)."""
+over other graphs, module internals, fake tensors; and transformers' two (T5's position buckets, the weights a model
+keeps in fp32), diffusers' one (its configs' class field)."""
 
 from __future__ import annotations
 
@@ -266,3 +266,24 @@ def t5_relative_position_bucket(attention: Any, relative: torch.Tensor, *, bidir
         max_distance=attention.relative_attention_max_distance,
     )
 
+
+
+def fake_tensor(shape: Any, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of ``shape`` and ``dtype`` without data (a fake tensor, which ``torch.export`` traces as a real one)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return torch.empty(shape, dtype=dtype)
+
+
+def kept_in_fp32(model: Any, dtype: torch.dtype) -> Any:
+    """Whether ``from_pretrained(dtype=dtype)`` keeps a parameter of ``model`` (by name) in fp32: transformers'
+    ``_keep_in_fp32_modules`` (at fp16) and ``_keep_in_fp32_modules_strict`` (at fp16 and bf16), searched in the
+    name as its loader searches them (``PreTrainedModel._get_dtype_plan``, ``build_glob_alternation``)."""
+    from transformers.core_model_loading import build_glob_alternation
+
+    plan = model._get_dtype_plan(dtype)
+    if not plan:
+        return lambda name: False
+    pattern, groups, _ = build_glob_alternation(list(plan))
+    return lambda name: (found := pattern.search(name)) is not None and plan[groups[found.lastgroup]] == torch.float32

@@ -169,9 +169,14 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
         return task.load_model(plan, dtype)
     auto = getattr(transformers, task.MODEL)
     if plan.args.checkpoint:
-        model = auto.from_pretrained(
-            plan.args.checkpoint, config=plan.config, dtype=dtype, local_files_only=True, attn_implementation="eager"
-        ).eval()
+        if streams_weights(task, plan):
+            from coreai_partitioner.quantize.streamed import load_streamed
+
+            model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype, plan.args.quantize)
+        else:
+            model = auto.from_pretrained(
+                plan.args.checkpoint, config=plan.config, dtype=dtype, local_files_only=True, attn_implementation="eager"
+            ).eval()
     else:
         torch.manual_seed(0)
         if hasattr(task, "tiny_model"):  # a task whose random init is not its tiny model's
@@ -185,6 +190,20 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
     if plan.generation is not None:
         model.generation_config = plan.generation
     return model
+
+
+def streams_weights(task: Task, plan: Plan) -> bool:
+    """Whether the weights ``--quantize`` stores are read from the checkpoint one at a time as they are compressed
+    (:mod:`coreai_partitioner.quantize.streamed`): a task that says it can (``STREAMS_WEIGHTS``), a safetensors
+    checkpoint, no eager run of the model (``--verify`` runs it; its fp32 reference is loaded whole) and no adapter
+    over it (PEFT wraps its layers)."""
+    if not (getattr(task, "STREAMS_WEIGHTS", False) and plan.args.quantize and not plan.args.verify):
+        return False
+    if getattr(plan, "adapters", None):
+        return False
+    from coreai_partitioner.quantize.streamed import checkpoint_files
+
+    return bool(checkpoint_files(plan.args.checkpoint))
 
 
 def export(task: Task, plan: Plan, staging: Path) -> None:

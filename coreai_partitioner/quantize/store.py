@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from coreai_partitioner.quantize import program_weights, schemes
+from coreai_partitioner.quantize import program_weights, schemes, streamed
 from coreai_partitioner.quantize.checks import check_call_sites, planned_weights
 from coreai_partitioner.quantize.schemes import QuantizationError
 from coreai_partitioner.quantize.weight_forms import Compressed, compress
@@ -74,13 +74,16 @@ def store_weights(
         f", {sum(c.form == scheme.promoted for c in compressed.values())} promoted" if scheme.promoted else "",
     )
     result = program_weights.replace_weights(program, compressed)
+    streamed.materialize_program(result)  # a streamed weight the scheme does not store here (a router read by mm)
     check_call_sites(program, result, records)
     return result
 
 
 def _compress(weight: torch.Tensor, planned: schemes.Planned) -> Compressed:
     """``weight`` as ``planned.form``; a transposed convolution's ``[in, out / groups, *kernel]`` with an integer
-    scale per output channel (axis 1) or per block of input channels (axis 0), as coreai-opt places them."""
+    scale per output channel (axis 1) or per block of input channels (axis 0), as coreai-opt places them.  A weight
+    :mod:`.streamed` left in the checkpoint is read now, and dropped once compressed."""
+    weight = streamed.materialize(weight)
     if planned.form.kind == "int" and planned.inputs == 0:
         return compress(weight.transpose(0, 1), planned.form).transpose(0, 1)
     return compress(weight, planned.form, axis=planned.axis)
@@ -114,5 +117,5 @@ def _promoted(
         if used + math.prod(w.shape) > budget:
             continue
         used += math.prod(w.shape)
-        promoted[w.name] = compress(program.state_dict[w.name], scheme.promoted, axis=w.axis)
+        promoted[w.name] = compress(streamed.materialize(program.state_dict[w.name]), scheme.promoted, axis=w.axis)
     return promoted

@@ -55,6 +55,8 @@ DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
 #: ``text_generation.lower_decoder`` keywords, by the flag whose ``dest`` each is.
 LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
+#: Under --quantize (without --verify) the weights it stores are read from the checkpoint as they are compressed.
+STREAMS_WEIGHTS = True
 
 
 def tiny_configs() -> list[str]:

@@ -1,0 +1,190 @@
+"""The weights a scheme stores, read from the checkpoint one at a time as they are compressed, never held in floating
+point all at once.
+
+A model loaded from safetensors in the checkpoint's own dtype holds views of
+the memory-mapped files: no weight is read until something reads it.  Its
+export would read every weight in the export's dtype (a copy of the whole
+model when the dtypes differ), and the scheme's compressed weights would
+come on top.  :func:`stream_weights` swaps each weight the scheme stores for
+a fake tensor of the export's dtype (its shape, no data: ``torch.export``
+traces it as a parameter) and remembers where it lies in the checkpoint;
+:func:`materialize`, which :func:`~.store.store_weights` calls on each weight
+it compresses, reads that one tensor (opening its file, then closing it, so
+its pages leave the process) and casts it.  So the float weights are never
+all alive, and the compressed ones stand in for them as they are made.
+
+What the scheme does not store (norms, biases, MoE experts, a weight
+``keep_float`` names) is loaded as before.  An eager run of the model is
+impossible once its weights are fakes: ``--verify``, which runs it, loads
+it whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from coreai_partitioner import _compat
+
+#: id of each fake weight -> (a reference to it, its safetensors file, key, dtype): what :func:`materialize` reads
+#: (by id: a tensor's ``==`` is elementwise, which a dictionary of tensors would call)
+_SOURCES: dict[int, tuple[weakref.ref, Path, str, torch.dtype]] = {}
+
+
+def load_streamed(auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, scheme: Any) -> torch.nn.Module:
+    """``auto.from_pretrained(checkpoint, dtype=dtype)``'s model, each weight ``scheme`` stores left in the checkpoint
+    until it is compressed (:func:`stream_weights`).
+
+    The model is loaded in the checkpoint's dtype (views of its files: nothing read); each parameter then takes the
+    dtype ``from_pretrained(dtype=dtype)`` gives it (``dtype``, or fp32 where the model keeps it so: GPT-OSS's norms)
+    and each buffer the value a model made at ``dtype`` has (made in that default dtype: Gemma's embedding scale),
+    so that its program is the one a model loaded at ``dtype`` gives, byte for byte.
+    """
+    from coreai_partitioner.quantize.checks import stored_weights
+
+    model = auto.from_pretrained(
+        checkpoint, config=config, dtype="auto", local_files_only=True, attn_implementation="eager"
+    ).eval()
+    with _parameters_on_meta():
+        skeleton = auto.from_config(config, dtype=dtype, attn_implementation="eager")
+    kept = _compat.kept_in_fp32(skeleton, dtype)
+    made = dict(skeleton.named_parameters(remove_duplicate=False))
+    dtypes = {name: torch.float32 if kept(name) else made[name].dtype for name in made}
+    stream_weights(model, checkpoint, [weight.name for weight in stored_weights(model, scheme)], dtypes)
+    cast_the_rest(model, dtypes)
+    buffers = dict(skeleton.named_buffers())
+    for layer, module in model.named_modules():
+        own = _compat.module_state(module)[1]
+        for name, buffer in list(own.items()):
+            twin = buffers.get(f"{layer}.{name}" if layer else name)
+            if buffer is not None and twin is not None and twin.shape == buffer.shape:
+                own[name] = twin
+    return model
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """Parameters made inside go to the meta device (no memory, no initialization), buffers are made as usual: a
+    model's buffers and its parameters' dtypes without its weights (accelerate's
+    ``init_empty_weights(include_buffers=False)``).  Not thread-safe: ``nn.Module.register_parameter`` is swapped
+    for the call."""
+    register = torch.nn.Module.register_parameter
+
+    def on_meta(module: torch.nn.Module, name: str, parameter: torch.nn.Parameter | None) -> None:
+        register(module, name, parameter)
+        if parameter is not None:
+            _compat.module_state(module)[0][name] = torch.nn.Parameter(
+                parameter.to("meta"), requires_grad=parameter.requires_grad
+            )
+
+    torch.nn.Module.register_parameter = on_meta
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = register
+
+
+def checkpoint_files(checkpoint: Path) -> dict[str, Path]:
+    """Every tensor key of a safetensors checkpoint directory and the file holding it (``{}``: no safetensors)."""
+    checkpoint = Path(checkpoint)
+    index = checkpoint / "model.safetensors.index.json"
+    if index.is_file():
+        return {key: checkpoint / file for key, file in json.loads(index.read_text())["weight_map"].items()}
+    single = checkpoint / "model.safetensors"
+    if not single.is_file():
+        return {}
+    from safetensors import safe_open
+
+    with safe_open(str(single), "pt") as file:
+        return {key: single for key in file.keys()}
+
+
+def stream_weights(
+    model: torch.nn.Module, checkpoint: Path, names: Iterable[str], dtypes: Mapping[str, torch.dtype]
+) -> list[str]:
+    """Swap each parameter of ``model`` named in ``names`` (``layer.weight``) whose tensor the checkpoint holds for a
+    fake tensor of its dtype in ``dtypes`` (by name), read when :func:`materialize` is asked for it; every name
+    swapped.  A tied weight (an lm_head that is the embedding, named once in ``names``) is one fake under every name
+    it has."""
+    files = checkpoint_files(checkpoint)
+    wanted = set(names)
+    fakes: dict[int, torch.nn.Parameter] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        if name not in wanted or id(parameter) in fakes:
+            continue
+        key = next((n for n in _names_of(model, parameter) if n in files), None)
+        if key is None:
+            continue  # under another name in the checkpoint (a family transformers renames): loaded as it is
+        dtype = dtypes[name]
+        fake = torch.nn.Parameter(_compat.fake_tensor(parameter.shape, dtype), requires_grad=False)
+        _SOURCES[id(fake)] = (weakref.ref(fake), files[key], key, dtype)
+        weakref.finalize(fake, _SOURCES.pop, id(fake), None)
+        fakes[id(parameter)] = fake
+    done = []
+    for layer, module in model.named_modules(remove_duplicate=False):
+        own = _compat.module_state(module)[0]
+        for attribute, parameter in list(own.items()):
+            if parameter is not None and id(parameter) in fakes:  # every name of a tied weight
+                own[attribute] = fakes[id(parameter)]
+                done.append(f"{layer}.{attribute}" if layer else attribute)
+    return done
+
+
+def cast_the_rest(model: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:
+    """Every floating parameter of ``model`` that :func:`stream_weights` did not swap cast to its dtype in ``dtypes``
+    (by name) in place (``model.to`` cannot swap a fake tensor), a tied one once: the parameters
+    ``from_pretrained(dtype=...)`` loads."""
+    cast: dict[int, torch.nn.Parameter] = {}
+    for layer, module in model.named_modules(remove_duplicate=False):
+        own = _compat.module_state(module)[0]
+        for name, tensor in list(own.items()):
+            dtype = dtypes.get(f"{layer}.{name}" if layer else name)
+            if tensor is None or dtype is None or not tensor.is_floating_point() or is_streamed(tensor):
+                continue
+            if tensor.dtype != dtype and id(tensor) not in cast:
+                cast[id(tensor)] = torch.nn.Parameter(tensor.detach().to(dtype), requires_grad=False)
+            own[name] = cast.get(id(tensor), tensor)
+
+
+def _names_of(model: torch.nn.Module, parameter: torch.Tensor) -> list[str]:
+    return [name for name, p in model.named_parameters(remove_duplicate=False) if p is parameter]
+
+
+def _source(tensor: torch.Tensor) -> tuple | None:
+    entry = _SOURCES.get(id(tensor))
+    return entry if entry is not None and entry[0]() is tensor else None
+
+
+def is_streamed(tensor: torch.Tensor) -> bool:
+    return _source(tensor) is not None
+
+
+def materialize(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s data: read from the checkpoint and cast when :func:`stream_weights` made it, else itself."""
+    source = _source(tensor)
+    if source is None:
+        return tensor
+    from safetensors import safe_open
+
+    _, path, key, dtype = source
+    with safe_open(str(path), "pt") as file:
+        return file.get_tensor(key).to(dtype)
+
+
+def materialize_program(program: Any) -> int:
+    """Read every weight :func:`stream_weights` left in ``program``'s state dict and constants (one the scheme did
+    not store, such as a Linear whose weight the adapted model reads with another op); how many."""
+    count = 0
+    for table in (program.state_dict, program.constants):
+        for name, tensor in list(table.items()):
+            if isinstance(tensor, torch.Tensor) and is_streamed(tensor):
+                data = materialize(tensor)
+                table[name] = torch.nn.Parameter(data, requires_grad=False) if isinstance(tensor, torch.nn.Parameter) else data
+                count += 1
+    return count

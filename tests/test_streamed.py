@@ -1,0 +1,59 @@
+"""A quantized export reads each weight its scheme stores from the checkpoint as it compresses it
+(``quantize/streamed.py``), and writes the ``.pte`` the float-first path wrote, byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from requires import require
+
+pytestmark = pytest.mark.slow
+
+
+def checkpoint(directory, model_type: str):
+    """The tiny random model of ``model_type`` saved in bf16, as checkpoints ship."""
+    require("transformers", "hf")
+    from transformers import AutoModelForCausalLM
+
+    from coreai_partitioner import text_generation
+
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(text_generation.tiny_config(model_type), dtype=torch.bfloat16).save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize(
+    "model_type, scheme",
+    # Gemma 3: a tied embedding and lm_head, an embedding scale made in the default dtype; GPT-OSS: norms
+    # transformers keeps in fp32 at fp16, a router weight read by mm rather than a Linear
+    [("gemma3_text", "int8"), ("gpt_oss", "int4")],
+)
+def test_a_quantized_export_streams_the_stored_weights_and_writes_the_float_first_pte(tmp_path, monkeypatch, model_type, scheme):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from coreai_partitioner.cli.detect import tasks
+    from coreai_partitioner.cli.main import main
+    from coreai_partitioner.quantize import streamed
+    from coreai_partitioner.quantize.checks import stored_weights
+
+    directory = checkpoint(tmp_path / model_type, model_type)
+    model = streamed.load_streamed(AutoModelForCausalLM, directory, AutoConfig.from_pretrained(directory), torch.float16, scheme)
+    stored = {w.name for w in stored_weights(model, scheme)}
+    parameters = dict(model.named_parameters(remove_duplicate=False))
+    assert stored and all(streamed.is_streamed(parameters[name]) for name in stored)  # no float copy of any
+    assert not any(streamed.is_streamed(p) for name, p in parameters.items() if name not in stored | {"lm_head.weight"})
+
+    loaded = []
+    load = streamed.load_streamed
+    monkeypatch.setattr(streamed, "load_streamed", lambda *args: loaded.append(args) or load(*args))
+    digests = {}
+    for streams in (True, False):
+        monkeypatch.setattr(tasks()["text-generation"], "STREAMS_WEIGHTS", streams)
+        out = tmp_path / f"streams-{streams}" / "model.pte"
+        argv = ["export", "--checkpoint", str(directory), "--quantize", scheme, "--dtype", "fp16", "--no-tokenizer"]
+        assert main([*argv, "--out", str(out)]) == 0
+        digests[streams] = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert len(loaded) == 1  # the command streamed once, then loaded the float model
+    assert digests[True] == digests[False]

@@ -14,7 +14,7 @@ import torch
 from executorch.backends.apple.coreai import coreai_sidecar_dir
 from executorch.exir import to_edge_transform_and_lower
 from executorch.runtime import Runtime
-from helpers import SplitByRemainder, TwoNorms, externalize, lower, run_pte, seeded, two_norms
+from helpers import SplitByCdist, TwoNorms, externalize, lower, run_pte, seeded, two_norms
 
 from coreai_partitioner import (
     CoreAIPartitioner,
@@ -91,13 +91,13 @@ def test_plain_executorch_runtime_runs_an_inline_pte_like_eager(two_norms_pte):
 
 
 def test_partially_delegated_method_with_two_delegates_runs_the_rest_on_portable_kernels():
-    model = seeded(SplitByRemainder())
+    model = seeded(SplitByCdist())
     x = torch.randn(2, 4, 16)
     ep, records = externalize(model, [x])
     pte = lower(ep, records).to_executorch().buffer
     contents = read_pte(pte)
     assert len(contents.coreai_delegates("forward")) == 2
-    assert len(contents.plans["forward"].instructions) > 2  # the remainder runs outside the delegates
+    assert len(contents.plans["forward"].instructions) > 2  # cdist runs outside the delegates
 
     (out,) = forward(host_runtime.load_program(pte), x)
     torch.testing.assert_close(out, model(x).detach(), rtol=1e-4, atol=1e-5)
@@ -105,7 +105,7 @@ def test_partially_delegated_method_with_two_delegates_runs_the_rest_on_portable
 
 def test_two_method_pte_runs_each_method_like_its_eager_model():
     norms = seeded(TwoNorms())
-    split = seeded(SplitByRemainder())
+    split = seeded(SplitByCdist())
     x = torch.randn(2, 4, 16)
     norms_ep, norms_records = externalize(norms, [x])
     split_ep, split_records = externalize(split, [x])
@@ -314,7 +314,7 @@ def test_verify_runs_a_partially_delegated_pte_and_reset_state_starts_over(tmp_p
 
 
 def test_the_cli_verifies_a_split_pte_it_could_not_run_before(tmp_path):
-    model = seeded(SplitByRemainder())
+    model = seeded(SplitByCdist())
     x = torch.randn(2, 4, 16)
     ep, records = externalize(model, [x])
     path = tmp_path / "split.pte"

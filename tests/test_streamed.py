@@ -9,9 +9,6 @@ import pytest
 import torch
 from requires import require
 
-pytestmark = pytest.mark.slow
-
-
 def checkpoint(directory, model_type: str):
     """The tiny random model of ``model_type`` saved in bf16, as checkpoints ship."""
     require("transformers", "hf")
@@ -24,10 +21,34 @@ def checkpoint(directory, model_type: str):
     return directory
 
 
+def test_a_streamed_weight_a_program_keeps_is_read_into_it_and_one_computed_from_it_is_refused(tmp_path):
+    """What ``store_weights`` leaves of a streamed weight (one the scheme did not store) is read from the checkpoint,
+    cast, into the program; a data-less weight that is no streamed one would lower as zeros, and is refused."""
+    from safetensors.torch import save_file
+
+    from coreai_partitioner.quantize import streamed
+
+    stored = torch.randn(3, 4).to(torch.bfloat16)
+    save_file({"weight": stored}, tmp_path / "model.safetensors")
+    model = torch.nn.Linear(4, 3, bias=False)
+    assert streamed.stream_weights(model, tmp_path, ["weight"], {"weight": torch.float16}) == ["weight"]
+    assert streamed.is_streamed(model.weight)
+    sample = (torch.randn(1, 4, dtype=torch.float16),)
+    program = torch.export.export(model, sample)
+    assert streamed.materialize_program(program) == 1
+    (weight,) = program.state_dict.values()
+    assert not streamed.is_streamed(weight) and torch.equal(weight, stored.to(torch.float16))
+
+    model.weight = torch.nn.Parameter(model.weight * 2, requires_grad=False)  # computed from it: no data, no source
+    with pytest.raises(RuntimeError, match=r"weight \[3, 4\] has no data: .* --verify"):
+        streamed.materialize_program(torch.export.export(model, sample))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model_type, scheme",
     # Gemma 3: a tied embedding and lm_head, an embedding scale made in the default dtype; GPT-OSS: norms
-    # transformers keeps in fp32 at fp16, a router weight read by mm rather than a Linear
+    # transformers keeps in fp32 at fp16
     [("gemma3_text", "int8"), ("gpt_oss", "int4")],
 )
 def test_a_quantized_export_streams_the_stored_weights_and_writes_the_float_first_pte(tmp_path, monkeypatch, model_type, scheme):

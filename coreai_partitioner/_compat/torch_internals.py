@@ -276,6 +276,13 @@ def fake_tensor(shape: Any, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(shape, dtype=dtype)
 
 
+def is_fake_tensor(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is a fake tensor (a shape and dtype, no data)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(tensor, FakeTensor)
+
+
 def kept_in_fp32(model: Any, dtype: torch.dtype) -> Any:
     """Whether ``from_pretrained(dtype=dtype)`` keeps a parameter of ``model`` (by name) in fp32: transformers'
     ``_keep_in_fp32_modules`` (at fp16) and ``_keep_in_fp32_modules_strict`` (at fp16 and bf16), searched in the

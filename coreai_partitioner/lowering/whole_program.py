@@ -106,7 +106,7 @@ def decomposition_table(partitioner: CoreAIPartitioner | None = None, program: E
     keep, _ = (partitioner or CoreAIPartitioner()).ops_to_not_decompose(program)
     for op in keep:
         table.pop(op, None)
-    table.update(DECOMPOSITIONS)  # what coreai-torch lowers in other words (one-dimensional interpolation)
+    table.update(DECOMPOSITIONS)  # what coreai-torch lowers in other words (1-D interpolation, x % s)
     return table
 
 

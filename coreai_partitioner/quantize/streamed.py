@@ -114,11 +114,15 @@ def stream_weights(
     it has."""
     files = checkpoint_files(checkpoint)
     wanted = set(names)
+    named = list(model.named_parameters(remove_duplicate=False))
+    names_of: dict[int, list[str]] = {}  # every name of each tensor (a tied one has several)
+    for name, parameter in named:
+        names_of.setdefault(id(parameter), []).append(name)
     fakes: dict[int, torch.nn.Parameter] = {}
-    for name, parameter in model.named_parameters(remove_duplicate=False):
+    for name, parameter in named:
         if name not in wanted or id(parameter) in fakes:
             continue
-        key = next((n for n in _names_of(model, parameter) if n in files), None)
+        key = next((n for n in names_of[id(parameter)] if n in files), None)
         if key is None:
             continue  # under another name in the checkpoint (a family transformers renames): loaded as it is
         dtype = dtypes[name]
@@ -152,10 +156,6 @@ def cast_the_rest(model: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -> 
             own[name] = cast.get(id(tensor), tensor)
 
 
-def _names_of(model: torch.nn.Module, parameter: torch.Tensor) -> list[str]:
-    return [name for name, p in model.named_parameters(remove_duplicate=False) if p is parameter]
-
-
 def _source(tensor: torch.Tensor) -> tuple | None:
     entry = _SOURCES.get(id(tensor))
     return entry if entry is not None and entry[0]() is tensor else None
@@ -179,10 +179,18 @@ def materialize(tensor: torch.Tensor) -> torch.Tensor:
 
 def materialize_program(program: Any) -> int:
     """Read every weight :func:`stream_weights` left in ``program``'s state dict and constants (one the scheme did
-    not store, such as a Linear whose weight the adapted model reads with another op); how many."""
+    not store: a Linear's weight a composite reads as its operand); how many.  A data-less tensor that is no
+    streamed weight (one computed from a streamed weight before the export, which would lower as zeros) is refused,
+    naming it."""
     count = 0
     for table in (program.state_dict, program.constants):
         for name, tensor in list(table.items()):
+            if isinstance(tensor, torch.Tensor) and _compat.is_fake_tensor(tensor) and not is_streamed(tensor):
+                raise RuntimeError(
+                    f"{name} {list(tensor.shape)} has no data: it was computed from a weight read from the checkpoint "
+                    "only when it is compressed (quantize/streamed.py); export this model with --verify, which loads "
+                    "its weights whole"
+                )
             if isinstance(tensor, torch.Tensor) and is_streamed(tensor):
                 data = materialize(tensor)
                 table[name] = torch.nn.Parameter(data, requires_grad=False) if isinstance(tensor, torch.nn.Parameter) else data

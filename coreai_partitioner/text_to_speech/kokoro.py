@@ -88,16 +88,6 @@ class KokoroConfig:
             raise AttributeError(name) from None
 
 
-def is_kokoro_directory(checkpoint: Path) -> bool:
-    """Whether ``checkpoint`` holds a Kokoro ``config.json`` (``istftnet`` and ``plbert`` sections)."""
-    path = Path(checkpoint) / "config.json"
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(raw, dict) and "istftnet" in raw and "plbert" in raw
-
-
 def read_config(checkpoint: Path) -> KokoroConfig:
     """A Kokoro checkpoint directory's config and weights file, checked (:func:`check_config`)."""
     checkpoint = Path(checkpoint)

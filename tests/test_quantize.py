@@ -347,6 +347,7 @@ class _Layers(torch.nn.Module):
 @pytest.mark.parametrize("scheme, dtype", [("int8", torch.float32), ("int4", torch.float32), ("int4-channel", torch.float16)])
 def test_int_schemes_store_coreai_opts_integers_and_scales_bit_for_bit(scheme, dtype):
     from coreai_partitioner.quantize.coreai_opt import quantize_with_coreai_opt
+    from coreai_partitioner.quantize.packed_int4 import unpack
     from coreai_partitioner.quantize.schemes import scheme as scheme_of
 
     torch.manual_seed(0)
@@ -359,8 +360,14 @@ def test_int_schemes_store_coreai_opts_integers_and_scales_bit_for_bit(scheme, d
 
     stored = {name: tensor for name, tensor in ours.state_dict.items() if name.endswith(("_quantized", "_scale"))}
     assert len(stored) == 8
+    packed = []
     for name, tensor in stored.items():  # coreai-opt names them after the parameter, its dots as underscores
         reference = theirs.state_dict[name.replace(".", "_")]
+        if tensor.dtype == torch.uint8:  # int4 held two a byte (packed_int4); coreai-opt's program holds a byte each
+            assert tensor.shape[-1] * 2 == reference.shape[-1], name
+            tensor = unpack(tensor)
+            packed.append(name)
         assert tensor.dtype == reference.dtype and torch.equal(tensor, reference), name
+    assert len(packed) == (2 if scheme.startswith("int4") else 0), packed  # the Linears (a 3-wide kernel row stays unpacked)
     with torch.no_grad():
         torch.testing.assert_close(ours.module()(tokens), theirs.module()(tokens), rtol=0, atol=0)

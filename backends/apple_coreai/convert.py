@@ -19,7 +19,8 @@ from .asset import BuildIndependentConverter, to_aten
 from coreai_partitioner.records.carried import CallSiteRecord, delegate_call_sites
 from coreai_partitioner.records.call_sites import call_sites_by_op, module_path, name_call_sites
 from coreai_partitioner.backends.apple_coreai.passes import (
-    expand_repeated_heads, index_selects, order_state_writes, pool_arguments_in_full, state_operands_as_values,
+    expand_repeated_heads, index_selects, order_state_writes, packed_int4_constants, pool_arguments_in_full,
+    state_operands_as_values,
 )
 from coreai_partitioner.records.programs import with_own_graph
 
@@ -87,7 +88,8 @@ def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> A
     (:func:`~.passes.pool_arguments_in_full`),
     repeated heads expanded (:func:`~.passes.expand_repeated_heads`),
     state writes in state order (:func:`~.passes.order_state_writes`), a state read
-    by a composite made a value first (:func:`~.passes.state_operands_as_values`).
+    by a composite made a value first (:func:`~.passes.state_operands_as_values`),
+    packed int4 weights handed over as they are (:func:`~.passes.packed_int4_constants`).
     Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).
     """
     return convert_functions({MAIN_ENTRYPOINT: program}, debug_info)
@@ -107,6 +109,7 @@ def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str =
         expand_repeated_heads(program.graph_module)
         order_state_writes(program)
         state_operands_as_values(program)
+        packed_int4_constants(program)
         logger.info("converting %s with %d externalized call site(s)", function, len(records))
         converter.add_program(program, function, records or None)
     printed = io.StringIO()

@@ -12,6 +12,9 @@ shape.
 
 :func:`pool_arguments_in_full` writes a pool's omitted arguments out, as
 coreai-torch reads them by position.
+
+:func:`packed_int4_constants` hands the converter a packed int4 weight's
+bytes as they are.
 """
 
 from __future__ import annotations
@@ -224,3 +227,38 @@ def pool_arguments_in_full(graph_module: GraphModule) -> int:
     if rewritten:
         graph_module.recompile()
     return rewritten
+
+
+#: The op a program reads packed int4 integers through (``coreai_partitioner.quantize.packed_int4``).
+UNPACK_INT4 = "coreai_partitioner::unpack_int4"
+
+
+def packed_int4_constants(program: ExportedProgram) -> int:
+    """Fold each ``unpack_int4`` of a weight into the weight itself; returns how many.  In place.
+
+    The weight (uint8, two int4 values a byte) becomes coreai-torch's int4
+    tensor over the same bytes (``_compat.int4_constant``), typed int4 in the
+    graph, so coreai-torch embeds them as they are instead of packing a copy
+    of an int8 tensor, which the program would hold at twice the size.
+    ``program``'s state dict is its own (the caller's ``with_own_graph``
+    copy): the entry is replaced, never the tensor changed.
+    """
+    targets = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.target is not None}
+    folded = 0
+    for node in list(program.graph.nodes):
+        if node.op != "call_function" or getattr(node.target, "name", lambda: None)() != UNPACK_INT4:
+            continue
+        weight = node.args[0]
+        target = targets.get(weight.name) if weight.op == "placeholder" else None
+        table = program.state_dict if target in program.state_dict else program.constants
+        if target not in table:
+            raise ValueError(f"{node.name} unpacks {weight.name}, which is not a weight of the delegate's program")
+        shape = node.meta["val"].shape
+        table[target] = _compat.int4_constant(table[target], shape)
+        weight.meta["val"] = torch.empty(shape, dtype=torch.int4, device="meta")
+        node.replace_all_uses_with(weight)
+        program.graph.erase_node(node)
+        folded += 1
+    if folded:
+        program.graph_module.recompile()
+    return folded

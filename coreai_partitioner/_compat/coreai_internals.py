@@ -51,6 +51,14 @@ def compression_ops() -> Any:
     return torch.ops.coreai
 
 
+def int4_constant(packed: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """coreai-torch's ``IntxTensor`` over ``packed`` (int4 bytes in its layout, not copied): the constant its
+    converter embeds as ``si4`` data of ``shape``, as its ``inject_subbyte_tensors`` makes one from int8 data."""
+    from coreai_torch._compression._intx import IntxTensor
+
+    return IntxTensor(packed.reshape(-1), shape, 4)
+
+
 def composite_op_name(cls: type) -> str:
     """The Core AI composite name of a ``coreai_torch.composite_ops`` class: its private module's name."""
     module = cls.__module__.rsplit(".", 1)[-1]

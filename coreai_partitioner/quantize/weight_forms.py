@@ -13,9 +13,10 @@ A :class:`Form` is one way to store a weight, weight-only:
 
 coreai-torch converts both ops to Core AI's constexpr ops, so the asset keeps
 the compressed bytes (``si8``/``si4`` data, ``ui4``/``ui8`` indices) and the
-device expands them.  :func:`compress` makes a weight's :class:`Compressed`
-buffers; :meth:`Compressed.call` is the op and its operands, for a module's
-``forward`` or a graph node.
+device expands them.  int4 integers are held two a byte from the start
+(:mod:`.packed_int4`), read through its ``unpack_int4`` op.  :func:`compress`
+makes a weight's :class:`Compressed` buffers; :meth:`Compressed.build` is the
+ops over its operands, for a module's ``forward`` or a graph's nodes.
 
 A weight's axes: every dim before ``axis`` is a batch (an expert: its own
 tables or scales), ``axis`` holds the output channels, the last dim the input
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 
 from coreai_partitioner import _compat
+from coreai_partitioner.quantize import packed_int4
 from coreai_partitioner.quantize.kmeans import cluster_rows
 
 #: The op that expands an int8/int4 weight with its scales on device.
@@ -44,6 +46,8 @@ __all__ = ["Compressed", "Form", "compress", "expand_tables", "expand_weights"]
 
 #: Bits each form takes.
 BITS = {"int": (4, 8), "lut": (4, 8)}
+#: Elements of a weight an ``int`` form rounds at once: its float temporaries stay near 100 MB, whatever its size.
+ROUNDED_AT_ONCE = 1 << 23
 
 
 @dataclass(frozen=True)
@@ -118,8 +122,11 @@ class Compressed:
         given = self.buffers if operands is None else operands
         operands = tuple(given[name] for name in self.form.buffers)  # the ops' operand order
         if self.form.kind == "int":
+            data, scale = operands
+            if self.form.bits == 4 and packed_int4.is_packed(self.buffers["quantized"]):
+                data = call(packed_int4.UNPACK_INT4, (data,))
             bits = torch.int4 if self.form.bits == 4 else torch.int8
-            return call(ops.constexpr_blockwise_shift_scale.default, (*operands, None, None, bits))
+            return call(ops.constexpr_blockwise_shift_scale.default, (data, scale, None, None, bits))
         dense = call(ops.lut_to_dense.default, (operands[0], operands[1], 0))
         if self.form.scaled:  # the table's values, times each output channel's scale
             dense = call(ops.constexpr_blockwise_shift_scale.default, (dense, operands[2]))
@@ -131,7 +138,13 @@ class Compressed:
 
     def transpose(self, a: int, b: int) -> Compressed:
         """The same weight with dims ``a`` and ``b`` swapped (a table's leading dims follow the weight's)."""
-        buffers = {name: t.transpose(a, b).contiguous() for name, t in self.buffers.items()}
+        buffers = {}
+        for name, tensor in self.buffers.items():
+            if name == "quantized" and packed_int4.is_packed(tensor):  # its integers swapped, packed again if they can be
+                tensor = packed_int4.unpack(tensor).transpose(a, b).contiguous()
+                buffers[name] = packed_int4.pack(tensor) if tensor.shape[-1] % 2 == 0 else tensor
+            else:
+                buffers[name] = tensor.transpose(a, b).contiguous()
         return Compressed(self.form, buffers, self.error)
 
 
@@ -180,11 +193,29 @@ def _scaled_error(rows: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor
 
 
 def _integers(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(int8 data, scale)`` as coreai-opt's symmetric weight quantizer makes them, bit for bit: ``scale`` is a
+    """``(data, scale)`` as coreai-opt's symmetric weight quantizer makes them, bit for bit: ``scale`` is a
     block's largest magnitude over half the integer range (``/ 127.5``, ``/ 7.5``) in the weight's dtype, the data
     ``round(weight / scale)`` in fp32, clamped to ``[-2 ** (bits - 1), 2 ** (bits - 1) - 1]``.  A block is every
     input channel (one scale per output channel) or ``size`` of them and whatever follows (a convolution's
-    kernel); ``scale`` has the weight's rank."""
+    kernel); ``scale`` has the weight's rank.  ``data`` is int8, or int4 packed two a byte (:mod:`.packed_int4`)
+    where the last dim is even.
+
+    A few rows of dim 0 (an output channel or an expert, never input channels) are rounded at a time, into
+    the data made up front: an embedding's float temporaries would otherwise be several times its size."""
+    packed = form.bits == 4 and weight.shape[-1] % 2 == 0
+    shape = (*weight.shape[:-1], weight.shape[-1] // 2) if packed else weight.shape
+    data = torch.empty(shape, dtype=torch.uint8 if packed else torch.int8)
+    rows = max(1, ROUNDED_AT_ONCE // max(1, weight[0].numel()))
+    scales = []
+    for start in range(0, weight.shape[0], rows):
+        part, scale = _rounded(weight[start : start + rows], form, axis)
+        data[start : start + rows] = packed_int4.pack(part) if packed else part
+        scales.append(scale)
+    return data, torch.cat(scales)
+
+
+def _rounded(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_integers` of a few rows: int8 data, scale."""
     low, high = -(1 << (form.bits - 1)), (1 << (form.bits - 1)) - 1
     inputs = axis + 1
     if form.size is None:
@@ -221,7 +252,10 @@ def expand_weights(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     float model's does instead of expanding every weight again.  Holds the expanded weights' memory."""
     ops = _compat.compression_ops()
     decompress = getattr(ops, DECOMPRESS_OP).default
-    expanding = {getattr(ops, LUT_OP).default: expand_tables, expand_tables: expand_tables, decompress: decompress}
+    expanding = {
+        getattr(ops, LUT_OP).default: expand_tables, expand_tables: expand_tables, decompress: decompress,
+        packed_int4.UNPACK_INT4: packed_int4.unpack,
+    }
     graph = module.graph
     values: dict[torch.fx.Node, torch.Tensor] = {}
 

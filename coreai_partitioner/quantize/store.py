@@ -82,11 +82,12 @@ def store_weights(
 def _compress(weight: torch.Tensor, planned: schemes.Planned) -> Compressed:
     """``weight`` as ``planned.form``; a transposed convolution's ``[in, out / groups, *kernel]`` with an integer
     scale per output channel (axis 1) or per block of input channels (axis 0), as coreai-opt places them.  A weight
-    :mod:`.streamed` left in the checkpoint is read now, and dropped once compressed."""
-    weight = streamed.materialize(weight)
+    :mod:`.streamed` left in the checkpoint is read now (an ``int`` form's a few rows at a time), and dropped once
+    compressed."""
     if planned.form.kind == "int" and planned.inputs == 0:
-        return compress(weight.transpose(0, 1), planned.form).transpose(0, 1)
-    return compress(weight, planned.form, axis=planned.axis)
+        return compress(streamed.materialize(weight).transpose(0, 1), planned.form).transpose(0, 1)
+    read = streamed.row_reader(weight) if planned.form.kind == "int" else None  # a few rows at a time
+    return compress(weight if read else streamed.materialize(weight), planned.form, axis=planned.axis, read=read)
 
 
 def _check_int_readers(program: ExportedProgram, keep_float: Sequence[str]) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,24 @@ def materialize(tensor: torch.Tensor) -> torch.Tensor:
     _, path, key, dtype = source
     with safe_open(str(path), "pt") as file:
         return file.get_tensor(key).to(dtype)
+
+
+def row_reader(tensor: torch.Tensor) -> Callable[[int, int], torch.Tensor] | None:
+    """For a weight :func:`stream_weights` made, ``rows(start, stop)``: those rows of its dim 0, read from the
+    checkpoint and cast, the file opened for them alone (its pages leave the process with them); ``None`` for any
+    other tensor."""
+    source = _source(tensor)
+    if source is None:
+        return None
+    from safetensors import safe_open
+
+    _, path, key, dtype = source
+
+    def rows(start: int, stop: int) -> torch.Tensor:
+        with safe_open(str(path), "pt") as file:
+            return file.get_slice(key)[start:stop].to(dtype)
+
+    return rows
 
 
 def materialize_program(program: Any) -> int:

@@ -149,8 +149,12 @@ class Compressed:
 
 
 @torch.no_grad()
-def compress(weight: torch.Tensor, form: Form, *, axis: int = 0) -> Compressed:
+def compress(
+    weight: torch.Tensor, form: Form, *, axis: int = 0, read: Callable[[int, int], torch.Tensor] | None = None
+) -> Compressed:
     """``weight`` stored as ``form`` (see the module docstring for ``axis``); scales and tables in its dtype.
+    ``read(start, stop)``, when given, reads rows of dim 0 of ``weight``, which then only gives their shape and
+    dtype: an ``int`` form reads a few at a time (a weight streamed from its checkpoint, never held whole).
 
     Raises ``ValueError`` for a shape the form does not fit (:meth:`Form.misfit`)
     or a weight that is not finite; callers check both first and name the layer.
@@ -158,11 +162,12 @@ def compress(weight: torch.Tensor, form: Form, *, axis: int = 0) -> Compressed:
     reason = form.misfit(weight.shape, axis)
     if reason is not None:
         raise ValueError(f"a weight of shape {tuple(weight.shape)} cannot be stored as {form}: {reason}")
-    if not bool(torch.isfinite(weight).all()):
-        raise ValueError("the weight has NaN or infinite values, which no table or scale can hold")
     if form.kind == "int":
-        data, scale = _integers(weight, form, axis)
+        data, scale = _integers(weight, form, axis, read or (lambda start, stop: weight[start:stop]))
         return Compressed(form, {"quantized": data, "scale": scale})
+    if read is not None:
+        weight = read(0, weight.shape[0])
+    _check_finite(weight)
     shape = weight.shape
     rows = weight.reshape(math.prod(shape[: axis + 1]), -1)
     scale = None
@@ -179,6 +184,11 @@ def compress(weight: torch.Tensor, form: Form, *, axis: int = 0) -> Compressed:
     return Compressed(form, buffers, error)
 
 
+def _check_finite(weight: torch.Tensor) -> None:
+    if not bool(torch.isfinite(weight).all()):
+        raise ValueError("the weight has NaN or infinite values, which no table or scale can hold")
+
+
 def _scaled_error(rows: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor, centroids: torch.Tensor, group: int) -> float:
     """``|W - W'|^2 / |W|^2`` of normalized ``rows`` [R, C] clustered as ``indices`` into ``centroids`` [R / group, k],
     each row times its ``scale`` [R, 1]; a group of rows at a time."""
@@ -192,7 +202,9 @@ def _scaled_error(rows: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor
     return squared_error / max(squared, 1e-30)
 
 
-def _integers(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _integers(
+    weight: torch.Tensor, form: Form, axis: int, read: Callable[[int, int], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(data, scale)`` as coreai-opt's symmetric weight quantizer makes them, bit for bit: ``scale`` is a
     block's largest magnitude over half the integer range (``/ 127.5``, ``/ 7.5``) in the weight's dtype, the data
     ``round(weight / scale)`` in fp32, clamped to ``[-2 ** (bits - 1), 2 ** (bits - 1) - 1]``.  A block is every
@@ -200,15 +212,18 @@ def _integers(weight: torch.Tensor, form: Form, axis: int) -> tuple[torch.Tensor
     kernel); ``scale`` has the weight's rank.  ``data`` is int8, or int4 packed two a byte (:mod:`.packed_int4`)
     where the last dim is even.
 
-    A few rows of dim 0 (an output channel or an expert, never input channels) are rounded at a time, into
-    the data made up front: an embedding's float temporaries would otherwise be several times its size."""
+    A few rows of dim 0 (an output channel or an expert, never input channels), ``read(start, stop)``, are
+    rounded at a time, into the data made up front: an embedding's float temporaries would otherwise be several
+    times its size."""
     packed = form.bits == 4 and weight.shape[-1] % 2 == 0
     shape = (*weight.shape[:-1], weight.shape[-1] // 2) if packed else weight.shape
     data = torch.empty(shape, dtype=torch.uint8 if packed else torch.int8)
-    rows = max(1, ROUNDED_AT_ONCE // max(1, weight[0].numel()))
+    rows = max(1, ROUNDED_AT_ONCE // max(1, math.prod(weight.shape[1:])))
     scales = []
     for start in range(0, weight.shape[0], rows):
-        part, scale = _rounded(weight[start : start + rows], form, axis)
+        part = read(start, start + rows)
+        _check_finite(part)
+        part, scale = _rounded(part, form, axis)
         data[start : start + rows] = packed_int4.pack(part) if packed else part
         scales.append(scale)
     return data, torch.cat(scales)

@@ -229,8 +229,14 @@ def pool_arguments_in_full(graph_module: GraphModule) -> int:
     return rewritten
 
 
-#: The op a program reads packed int4 integers through (``coreai_partitioner.quantize.packed_int4``).
+#: The op a program reads packed int4 integers through (``coreai_partitioner.quantize.packed_int4`` defines it): its
+#: schema name, what a node's target is called in an ATen or an edge program alike.
 UNPACK_INT4 = "coreai_partitioner::unpack_int4"
+
+
+def is_unpack_int4(node: torch.fx.Node) -> bool:
+    """Whether ``node`` calls ``unpack_int4``."""
+    return node.op == "call_function" and getattr(node.target, "name", lambda: None)() == UNPACK_INT4
 
 
 def packed_int4_constants(program: ExportedProgram) -> int:
@@ -246,7 +252,7 @@ def packed_int4_constants(program: ExportedProgram) -> int:
     targets = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.target is not None}
     folded = 0
     for node in list(program.graph.nodes):
-        if node.op != "call_function" or getattr(node.target, "name", lambda: None)() != UNPACK_INT4:
+        if not is_unpack_int4(node):
             continue
         weight = node.args[0]
         target = targets.get(weight.name) if weight.op == "placeholder" else None

@@ -16,7 +16,7 @@ import torch
 
 from coreai_partitioner import _compat
 from coreai_partitioner.partition import claims
-from coreai_partitioner.backends.apple_coreai.passes import UNPACK_INT4
+from coreai_partitioner.backends.apple_coreai.passes import is_unpack_int4
 from coreai_partitioner.records.call_sites import externalized_op_name
 
 logger = logging.getLogger("coreai_partitioner.partition.partitioner")
@@ -45,7 +45,7 @@ class OperatorSupport(_compat.UpstreamOperatorSupport):
             if reason is not None:
                 self.rejected[node.name] = reason
             return reason is None
-        if _is_unpack_int4(node):
+        if is_unpack_int4(node):
             # a packed int4 weight's integers: the backend folds the op into the weight (passes.packed_int4_constants)
             return _placeholder_name(node.args[0]) in self._constants and not node.meta.get(_compat.DO_NOT_DELEGATE_TAG)
         reason = claims.refusal(node)  # every rule, whatever path below would take the node
@@ -196,10 +196,6 @@ def _in_narrowed_index(node: torch.fx.Node) -> bool:
         source = node.args[0]
         return isinstance(source, torch.fx.Node) and _narrowed_indices(source)
     return False
-
-
-def _is_unpack_int4(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and getattr(node.target, "name", lambda: None)() == UNPACK_INT4
 
 
 def _placeholder_name(node: Any) -> str | None:

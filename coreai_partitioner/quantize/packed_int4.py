@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["UNPACK_INT4", "is_packed", "pack", "unpack"]
+from coreai_partitioner.backends.apple_coreai.passes import UNPACK_INT4 as OP_NAME  # the name the backend folds
 
-#: Its schema's name, which the backend matches without importing this module.
-OP_NAME = "coreai_partitioner::unpack_int4"
+__all__ = ["UNPACK_INT4", "is_packed", "pack", "packs", "unpack"]
+
+
+def packs(shape: tuple[int, ...] | torch.Size) -> bool:
+    """Whether int4 integers of ``shape`` are held packed: their last dim is even (a 3x3 kernel's rows are not)."""
+    return shape[-1] % 2 == 0
 
 
 def pack(data: torch.Tensor) -> torch.Tensor:
     """int8 ``data`` (values in [-8, 7]) whose last dim is even -> uint8 ``[..., last / 2]``."""
-    if data.shape[-1] % 2:
+    if not packs(data.shape):
         raise ValueError(f"int4 data of shape {tuple(data.shape)} has an odd last dim: it is kept one value a byte")
     nibbles = (data & 0xF).to(torch.uint8)
     return nibbles[..., 0::2] | nibbles[..., 1::2] << 4

@@ -167,14 +167,8 @@ def is_streamed(tensor: torch.Tensor) -> bool:
 
 def materialize(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``'s data: read from the checkpoint and cast when :func:`stream_weights` made it, else itself."""
-    source = _source(tensor)
-    if source is None:
-        return tensor
-    from safetensors import safe_open
-
-    _, path, key, dtype = source
-    with safe_open(str(path), "pt") as file:
-        return file.get_tensor(key).to(dtype)
+    read = row_reader(tensor)
+    return tensor if read is None else read(0, tensor.shape[0])
 
 
 def row_reader(tensor: torch.Tensor) -> Callable[[int, int], torch.Tensor] | None:

@@ -123,7 +123,7 @@ class Compressed:
         operands = tuple(given[name] for name in self.form.buffers)  # the ops' operand order
         if self.form.kind == "int":
             data, scale = operands
-            if self.form.bits == 4 and packed_int4.is_packed(self.buffers["quantized"]):
+            if packed_int4.is_packed(self.buffers["quantized"]):
                 data = call(packed_int4.UNPACK_INT4, (data,))
             bits = torch.int4 if self.form.bits == 4 else torch.int8
             return call(ops.constexpr_blockwise_shift_scale.default, (data, scale, None, None, bits))
@@ -142,7 +142,7 @@ class Compressed:
         for name, tensor in self.buffers.items():
             if name == "quantized" and packed_int4.is_packed(tensor):  # its integers swapped, packed again if they can be
                 tensor = packed_int4.unpack(tensor).transpose(a, b).contiguous()
-                buffers[name] = packed_int4.pack(tensor) if tensor.shape[-1] % 2 == 0 else tensor
+                buffers[name] = packed_int4.pack(tensor) if packed_int4.packs(tensor.shape) else tensor
             else:
                 buffers[name] = tensor.transpose(a, b).contiguous()
         return Compressed(self.form, buffers, self.error)
@@ -215,7 +215,7 @@ def _integers(
     A few rows of dim 0 (an output channel or an expert, never input channels), ``read(start, stop)``, are
     rounded at a time, into the data made up front: an embedding's float temporaries would otherwise be several
     times its size."""
-    packed = form.bits == 4 and weight.shape[-1] % 2 == 0
+    packed = form.bits == 4 and packed_int4.packs(weight.shape)
     shape = (*weight.shape[:-1], weight.shape[-1] // 2) if packed else weight.shape
     data = torch.empty(shape, dtype=torch.uint8 if packed else torch.int8)
     rows = max(1, ROUNDED_AT_ONCE // max(1, math.prod(weight.shape[1:])))

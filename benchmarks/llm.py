@@ -58,7 +58,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import memory_profile  # noqa: E402
-from memory_profile import GB, QWEN3_06B, QWEN3_30B_A3B  # noqa: E402
+from memory_profile import GB, QWEN3_06B, QWEN3_14B, QWEN3_30B_A3B  # noqa: E402
 
 PROMPT = 64
 DECODE = 32
@@ -92,9 +92,19 @@ ROWS = {
     # command does under --quantize without --verify)
     "llama-3.1-8b-int4-streamed": ("llama-3.1-8b", "fp16", 32, {"quantize": "int4", "streamed": True}),
     "llama-3.1-8b-palettize4-streamed": ("llama-3.1-8b", "fp16", 32, {"quantize": "palettize4", "streamed": True}),
+    # Qwen3-14B's shape from a bf16 checkpoint larger than this machine's memory (28 GB), int4, streamed; and its
+    # first two layers (the same file, the rest of its layers not read) in fp32, whose .pte is checked in the runtime
+    # against the quantized eager model over a 16-token prompt: the whole 14B in fp16 would take hours in coreai-core's
+    # software fp16 on this CPU
+    "qwen3-14b-int4-streamed": ("qwen3-14b", "fp16", 40, {"quantize": "int4", "streamed": True}),
+    "qwen3-14b-first-2l-int4-fp32": (
+        "qwen3-14b", "fp32", 40, {"quantize": "int4", "streamed": True, "layers_kept": 2, "check_tokens": 16},
+    ),
 }
-#: Row options for the loader, not the export.
-LOADER_OPTIONS = ("streamed",)
+#: Row options for the loader or the check, not the export.
+LOADER_OPTIONS = ("streamed", "layers_kept", "check_tokens")
+#: Checkpoints written a tensor at a time (memory_profile.write_checkpoint), in this dtype: larger than memory.
+WRITTEN_BY_TENSOR = {"qwen3-14b": "bf16"}
 PATHS = ("plugin", "oneshot")
 #: Rows timed in the runtime (others with --runtime-all).  At the 0.6B width coreai-core's Linux CPU
 #: runtime runs fp16 in software: a 64-token call of the 4-layer fp16 row took 546 s, 377 s of it the
@@ -111,6 +121,7 @@ RUNTIME_ONLY_ROWS = (
     "qwen3.5-8l", "qwen3.5-4l-fp32", "qwen3-0.6b-28l-device", "qwen3-0.6b-28l-fp32-device",
     "llama-3.1-8b-int4", "llama-3.1-8b-palettize4",  # coreai-torch's one shot of 8B weights: ~37 GB
     "llama-3.1-8b-int4-streamed", "llama-3.1-8b-palettize4-streamed",
+    "qwen3-14b-int4-streamed", "qwen3-14b-first-2l-int4-fp32",
 )
 #: Rows with experts: a one-call prefill gathers every (token, expert) pair's weights, as single calls do.
 MOE_ROWS = ("qwen3-moe", "qwen3-30b-a3b-4l", "qwen3-30b-a3b-1l-fp32")
@@ -135,6 +146,8 @@ def checkpoint_config(recipe: str, layers: int) -> Any:
             num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False,
             rope_theta=500000.0, max_position_embeddings=131072,
         )
+    if recipe == "qwen3-14b":
+        return transformers.Qwen3Config(**{**QWEN3_14B, "num_hidden_layers": layers})
     if recipe == "llama-3.2-1b":
         return transformers.LlamaConfig(
             vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=layers,
@@ -147,7 +160,7 @@ def model_loader(name: str, cache_dir: Path):
     """A ``load()`` for :func:`memory_profile.measure_export`; a checkpoint is saved first if missing."""
     import torch
 
-    recipe, dtype_name, layers, _ = ROWS[name]
+    recipe, dtype_name, layers, options = ROWS[name]
     dtype = {"fp32": torch.float32, "fp16": torch.float16}[dtype_name]
     if recipe.startswith("tiny:"):
         def load():
@@ -159,22 +172,40 @@ def model_loader(name: str, cache_dir: Path):
             return AutoModelForCausalLM.from_config(text_generation.tiny_config(recipe[5:]), attn_implementation="eager").to(dtype).eval()
 
         return load
-    path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),
-                                          cache_dir / f"{recipe}-shape-{layers}l-fp16")
+    if recipe in WRITTEN_BY_TENSOR:
+        stored = WRITTEN_BY_TENSOR[recipe]
+        path = memory_profile.write_checkpoint(checkpoint_config(recipe, layers),
+                                               cache_dir / f"{recipe}-shape-{layers}l-{stored}",
+                                               {"bf16": torch.bfloat16, "fp16": torch.float16}[stored])
+    else:
+        path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),
+                                              cache_dir / f"{recipe}-shape-{layers}l-fp16")
 
     def load():
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        if ROWS[name][3].get("streamed"):
+        config = stored_config(path, options.get("layers_kept"))
+        if options.get("streamed"):
             from coreai_partitioner.quantize.streamed import load_streamed
 
-            config = AutoConfig.from_pretrained(path, local_files_only=True)
-            return load_streamed(AutoModelForCausalLM, path, config, dtype, ROWS[name][3]["quantize"])
+            return load_streamed(AutoModelForCausalLM, path, config, dtype, options["quantize"])
         return AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, local_files_only=True, attn_implementation="eager"
+            path, config=config, dtype=dtype, local_files_only=True, attn_implementation="eager"
         ).eval()
 
     return load
+
+
+def stored_config(path: Path, layers_kept: int | None = None) -> Any:
+    """The checkpoint's config; with ``layers_kept``, its first that many layers (the others' weights are not read)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path, local_files_only=True)
+    if layers_kept:
+        config.num_hidden_layers = layers_kept
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:layers_kept]
+    return config
 
 
 # ---------------------------------------------------------------- one process: one row, one path
@@ -260,14 +291,48 @@ def time_runtime(pte: Path, prompt: Any, expected: Any, large: bool, device: boo
     }
 
 
+def check_quantized(model: Any, eager: Any, pte: Path, tokens: int, scheme: str) -> dict:
+    """The ``.pte`` of a quantized row run in ExecuTorch's runtime over a random ``tokens``-token prompt from an empty
+    cache, then 4 greedy tokens one a call, against its quantized eager model ``eager`` (``lower_decoder``'s
+    ``quantized_reference``): ``text_generation.check``, what ``export --verify`` runs.  The fp32 model the prompt
+    and tokens come from is loaded whole from the checkpoint after the export, ``model`` (the exported one) freed."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from coreai_partitioner import load_runtime_backend, text_generation
+    from coreai_partitioner.text_generation import check
+
+    config, path = model.config, model.config._name_or_path
+    del model
+    gc.collect()
+    shapes = text_generation.DecoderShapes(max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PROMPT)
+    start = time.perf_counter()
+    fp32 = AutoModelForCausalLM.from_pretrained(
+        path, config=config, dtype=torch.float32, local_files_only=True, attn_implementation="eager"
+    ).eval()
+    reference = check.reference(fp32, shapes, prompt_tokens=tokens, new_tokens=4)
+    del fp32
+    gc.collect()
+    expected = check.eager_logits(eager, reference, shapes)
+    del eager
+    gc.collect()
+    load_runtime_backend()
+    report = check.check(str(pte), reference, shapes, eager=expected, dtype=torch.float32, quantize=scheme)
+    print(report, flush=True)
+    return {"check_ok": report.ok, "check_report": str(report), "check_prompt_tokens": tokens,
+            "check_s": time.perf_counter() - start}
+
+
 def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Path, runtime: bool) -> dict:
     started = time.perf_counter()
     load = model_loader(name, cache_dir)
     profile = memory_profile.Profile()
     out = out_dir / f"{name}.pte"
+    options = ROWS[name][3]
+    held = [] if "check_tokens" in options else None
     model, measurement = memory_profile.measure_export(
         load, out, max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PROMPT, oneshot=path == "oneshot", profile=profile,
-        **{key: value for key, value in ROWS[name][3].items() if key not in LOADER_OPTIONS},
+        quantized_reference=held, **{key: value for key, value in options.items() if key not in LOADER_OPTIONS},
     )
     print(measurement.report(name, path == "oneshot"), flush=True)
     result = {
@@ -277,9 +342,11 @@ def worker(name: str, path: str, cache_dir: Path, out_dir: Path, result_file: Pa
         "export_s": measurement.seconds, "export_cpu_s": measurement.cpu, "phases": _tree(profile.root)["children"],
         "table": profile.table(measurement.weights, measurement.baseline),
     }
-    if path == "plugin" and runtime:
+    if held:
+        result_file.write_text(json.dumps(result))
+        result.update(check_quantized(model, held.pop(), out, options["check_tokens"], options["quantize"]))
+    elif path == "plugin" and runtime:
         result_file.write_text(json.dumps(result))  # the export's figures survive a runtime that does not finish
-        options = ROWS[name][3]
         prompt, expected = eager_reference(model, options.get("full_logits", False))
         del model  # the runtime's copy of the weights is loaded next: at the real widths both do not fit
         gc.collect()
@@ -359,7 +426,7 @@ def tables(results: list[dict]) -> str:
         p, o = plugin.get(name, {}), oneshot.get(name, {})
         ok = bool(p) and "failed" not in p
         lines.append([
-            name, ROWS[name][1], str(ROWS[name][2]),
+            name, ROWS[name][1], str(p.get("layers", ROWS[name][2])),
             _fmt(p.get("weights", o.get("weights", 0)) / 1e6 if ok else None, ".1f"),
             _fmt(p.get("export_s") if ok else None, ".1f"),
             _fmt(p.get("export_cpu_s") if ok else None, ".1f"),
@@ -372,7 +439,8 @@ def tables(results: list[dict]) -> str:
             _fmt(p["ttft_token_by_token_s"] / p["ttft_one_call_s"] if "ttft_one_call_s" in p else None, ".1f"),
             _fmt(p.get("decode_tokens_per_s"), ".1f"),
             ("ok" if p["prefill_matches_eager"] else "MISMATCH") + f" ({p['prefill_max_abs_err']:.1e})"
-            if "prefill_matches_eager" in p else "-",
+            if "prefill_matches_eager" in p else ("ok (check)" if p["check_ok"] else "MISMATCH (check)")
+            if "check_ok" in p else "-",
             _fmt(o.get("export_s"), ".1f"),
             _fmt(o.get("export_cpu_s"), ".1f"),
             _fmt(o.get("extra_over_weights"), ".2f"),
@@ -442,6 +510,14 @@ def targets(plugin: dict, oneshot: dict) -> list[str]:
             check("failed" not in r, f"{name}: exports on this {memory / GB:.0f} GB machine"
                   + (f" (peak {r['peak'] / GB:.1f} GB, {r['extra_over_weights']:.2f}x extra; {r['export_s']:.0f} s)"
                      if "peak" in r else ""))
+    r = good("qwen3-14b-int4-streamed", plugin)
+    if r:
+        check(r["peak"] <= 12e9, f"Qwen3-14B shape, int4 from its {r['weights'] / 1e9:.1f} GB checkpoint: peak "
+              f"{r['peak'] / 1e9:.2f} GB <= 12 GB on this {memory / GB:.0f} GB machine ({r['export_s']:.0f} s)")
+    r = good("qwen3-14b-first-2l-int4-fp32", plugin)
+    if r and "check_ok" in r:
+        check(r["check_ok"], f"Qwen3-14B shape, its first 2 layers: the .pte over a {r['check_prompt_tokens']}-token "
+              "prompt gives the quantized eager model's logits (text_generation.check)")
     for name in ("qwen3-30b-a3b-4l", "qwen3.5-8l"):
         r = good(name, plugin)
         if r:

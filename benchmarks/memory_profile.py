@@ -48,6 +48,12 @@ QWEN3_30B_A3B = dict(
     num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
     tie_word_embeddings=False, max_position_embeddings=40960,
 )
+#: Qwen3-14B's shape: 40 layers, d 5120, MLP 17408, 40 heads, 8 KV heads, vocab 151,936 untied (28 GB in bf16).
+QWEN3_14B = dict(
+    vocab_size=151936, hidden_size=5120, intermediate_size=17408, num_hidden_layers=40, num_attention_heads=40,
+    num_key_value_heads=8, head_dim=128, tie_word_embeddings=False, max_position_embeddings=40960,
+    rope_theta=1000000.0, rms_norm_eps=1e-6,
+)
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
@@ -232,6 +238,87 @@ def save_checkpoint(config: Any, path: Path) -> Path:
     return path
 
 
+#: Shards of the checkpoints :func:`write_checkpoint` writes (Qwen3-14B's own are 8 of at most 4 GB): a file larger
+#: than this machine's memory cannot be mapped whole (the kernel refuses the mapping), and safetensors maps it whole.
+SHARD_BYTES = 4 * 1000**3
+
+
+def write_checkpoint(config: Any, path: Path, dtype: Any, shard_bytes: int = SHARD_BYTES) -> Path:
+    """A checkpoint of ``config`` with random ``dtype`` weights (seed 0) at ``path``, made once and a tensor at a time:
+    a model larger than this machine's memory.  The files are ``save_pretrained(max_shard_size=shard_bytes)``'s:
+    ``config.json``, ``generation_config.json``, safetensors shards ``model-0000k-of-0000n.safetensors`` and their
+    ``model.safetensors.index.json`` (each shard written by :func:`write_safetensors`).  The values are the model's
+    initialization (a Linear's or embedding's weight drawn from N(0, ``initializer_range``), a norm's ones, a bias
+    zeros), not the very numbers ``from_config`` would draw.  Written into a sibling directory and renamed, so a
+    stopped run leaves no checkpoint behind."""
+    if (path / "config.json").exists():
+        return path
+    import json
+
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    kinds = {f"{name}.{p}" if name else p: type(module) for name, module in model.named_modules()
+             for p, _ in module.named_parameters(recurse=False)}
+    generator = torch.Generator().manual_seed(0)
+
+    def value(name: str, shape: torch.Size) -> torch.Tensor:
+        if issubclass(kinds[name], (torch.nn.Linear, torch.nn.Embedding)) and name.endswith(".weight"):
+            return torch.empty(shape).normal_(0, config.initializer_range, generator=generator).to(dtype)
+        return (torch.ones if name.endswith(".weight") else torch.zeros)(shape, dtype=dtype)
+
+    shapes = {name: tensor.shape for name, tensor in model.state_dict().items()}  # a tied weight under its first name
+    shards: list[dict[str, torch.Size]] = [{}]
+    for name, shape in shapes.items():  # save_pretrained's rule: a tensor starts a new shard when it would overflow
+        if shards[-1] and sum(s.numel() for s in shards[-1].values()) * dtype.itemsize + shape.numel() * dtype.itemsize > shard_bytes:
+            shards.append({})
+        shards[-1][name] = shape
+    partial = path.with_name(path.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    weight_map = {}
+    for index, shard in enumerate(shards, 1):
+        file = "model.safetensors" if len(shards) == 1 else f"model-{index:05d}-of-{len(shards):05d}.safetensors"
+        write_safetensors(partial / file, shard, dtype, value)
+        weight_map.update(dict.fromkeys(shard, file))
+    if len(shards) > 1:
+        count = sum(shape.numel() for shape in shapes.values())
+        metadata = {"total_parameters": count, "total_size": count * dtype.itemsize}
+        (partial / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": metadata, "weight_map": weight_map}, indent=2, sort_keys=True) + "\n")
+    model.config.architectures = [type(model).__name__]  # as save_pretrained records it
+    model.config.save_pretrained(partial)
+    model.generation_config.save_pretrained(partial)
+    partial.rename(path)
+    return path
+
+
+def write_safetensors(file: Path, shapes: dict[str, Any], dtype: Any, value: Callable[[str, Any], Any]) -> None:
+    """A safetensors file of one ``dtype``, each tensor ``value(name, shape)`` made and written in turn (the format:
+    the header's length in 8 little-endian bytes, the JSON header padded with spaces to 8 bytes, then the data)."""
+    import json
+    import struct
+
+    import torch
+
+    code = {"torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32"}[str(dtype)]
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes.items():
+        size = shape.numel() * dtype.itemsize
+        header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(file, "wb") as out:
+        out.write(struct.pack("<Q", len(text)) + text)
+        for name, shape in shapes.items():
+            tensor = value(name, shape).contiguous()
+            assert tensor.shape == shape and tensor.dtype == dtype, (name, tensor.shape, tensor.dtype)
+            out.write(memoryview(tensor.view(-1).view(torch.uint8).numpy()))
+
+
 def weight_bytes(model: Any) -> int:
     """Bytes of the model's parameters and buffers, a tied tensor counted once (a weight left in the checkpoint,
     ``quantize/streamed.py``'s, by its object: it has no data)."""
@@ -274,6 +361,7 @@ def measure_export(
     full_logits: bool = False,
     target: str = "host",
     quantize: str | None = None,
+    quantized_reference: list | None = None,
     profile: Profile | None = None,
 ) -> tuple[Any, Measurement]:
     """Load a model with ``load()`` and export it, each phase timed; returns ``(model, measurement)``.
@@ -285,7 +373,8 @@ def measure_export(
     and ``save_asset`` (``out`` with the ``.aimodel`` suffix).  ``full_logits``
     exports every position's logits instead of the last one's; ``target``
     ``"device"`` exports the device form (``prefill`` of ``prefill_chunk``
-    tokens and ``forward`` of one, caches owned by ExecuTorch).
+    tokens and ``forward`` of one, caches owned by ExecuTorch).  A list passed as ``quantized_reference`` receives
+    the quantized program's eager module (``lower_decoder``'s).
     """
     profile = profile or Profile()
     with profile.phase("import"):
@@ -312,7 +401,8 @@ def measure_export(
         out = _oneshot(model, shapes, out.with_suffix(".aimodel"), profile)
         size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     else:
-        lowered = text_generation.lower_decoder(model, shapes, full_logits=full_logits, quantize=quantize)
+        lowered = text_generation.lower_decoder(model, shapes, full_logits=full_logits, quantize=quantize,
+                                                quantized_reference=quantized_reference)
         with profile.phase("to_executorch"):
             executorch_program = lowered.to_executorch()
         with profile.phase("write_to_file"):

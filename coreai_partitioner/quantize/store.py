@@ -66,7 +66,8 @@ def store_weights(
     if not scheme.palettized:
         _check_int_readers(program, keep_float)
     started = time.perf_counter()
-    compressed = {w.name: _compress(program.state_dict[w.name], w) for w in weights}
+    ranked = scheme.promoted is not None  # a mixed scheme promotes the weights its tables fit worst
+    compressed = {w.name: _compress(program.state_dict[w.name], w, ranked) for w in weights}
     if scheme.promoted is not None:
         compressed.update(_promoted(program, weights, compressed, scheme))
     logger.info(
@@ -79,15 +80,17 @@ def store_weights(
     return result
 
 
-def _compress(weight: torch.Tensor, planned: schemes.Planned) -> Compressed:
-    """``weight`` as ``planned.form``; a transposed convolution's ``[in, out / groups, *kernel]`` with an integer
-    scale per output channel (axis 1) or per block of input channels (axis 0), as coreai-opt places them.  A weight
-    :mod:`.streamed` left in the checkpoint is read now (an ``int`` form's a few rows at a time), and dropped once
-    compressed."""
+def _compress(weight: torch.Tensor, planned: schemes.Planned, error: bool) -> Compressed:
+    """``weight`` as ``planned.form`` (its table's squared error measured if ``error``); a transposed convolution's
+    ``[in, out / groups, *kernel]`` with an integer scale per output channel (axis 1) or per block of input channels
+    (axis 0), as coreai-opt places them.  A weight :mod:`.streamed` left in the checkpoint is read now (an ``int``
+    form's a few rows at a time), and dropped once compressed."""
     if planned.form.kind == "int" and planned.inputs == 0:
         return compress(streamed.materialize(weight).transpose(0, 1), planned.form).transpose(0, 1)
     read = streamed.row_reader(weight) if planned.form.kind == "int" else None  # a few rows at a time
-    return compress(weight if read else streamed.materialize(weight), planned.form, axis=planned.axis, read=read)
+    return compress(
+        weight if read else streamed.materialize(weight), planned.form, axis=planned.axis, read=read, error=error
+    )
 
 
 def _check_int_readers(program: ExportedProgram, keep_float: Sequence[str]) -> None:

@@ -109,7 +109,8 @@ class Form:
 @dataclass(frozen=True)
 class Compressed:
     """A weight as ``form`` stores it: ``buffers`` in the expanding op's operand order; for a look-up table,
-    ``error`` is its squared error relative to the weight's (``|W - W'|^2 / |W|^2``)."""
+    ``error`` is its squared error relative to the weight's (``|W - W'|^2 / |W|^2``), when :func:`compress` was asked
+    for it."""
 
     form: Form
     buffers: dict[str, torch.Tensor]
@@ -150,11 +151,18 @@ class Compressed:
 
 @torch.no_grad()
 def compress(
-    weight: torch.Tensor, form: Form, *, axis: int = 0, read: Callable[[int, int], torch.Tensor] | None = None
+    weight: torch.Tensor,
+    form: Form,
+    *,
+    axis: int = 0,
+    read: Callable[[int, int], torch.Tensor] | None = None,
+    error: bool = False,
 ) -> Compressed:
     """``weight`` stored as ``form`` (see the module docstring for ``axis``); scales and tables in its dtype.
     ``read(start, stop)``, when given, reads rows of dim 0 of ``weight``, which then only gives their shape and
     dtype: an ``int`` form reads a few at a time (a weight streamed from its checkpoint, never held whole).
+    ``error=True`` measures a table's squared error (:attr:`Compressed.error`, what ranks the weights a mixed scheme
+    promotes); it costs a third of a scaled table's time, so it is measured only when asked.
 
     Raises ``ValueError`` for a shape the form does not fit (:meth:`Form.misfit`)
     or a weight that is not finite; callers check both first and name the layer.
@@ -167,21 +175,25 @@ def compress(
         return Compressed(form, {"quantized": data, "scale": scale})
     if read is not None:
         weight = read(0, weight.shape[0])
-    _check_finite(weight)
     shape = weight.shape
     rows = weight.reshape(math.prod(shape[: axis + 1]), -1)
     scale = None
-    if form.scaled:
-        scale = rows.float().abs().amax(1, keepdim=True).clamp(min=torch.finfo(torch.float16).tiny)
+    if not form.scaled:
+        _check_finite(weight)
+    else:
+        # abs and max are exact in the weight's dtype, and the division promotes to float32: no float copy of the rows
+        peak = rows.abs().amax(1, keepdim=True)
+        _check_finite(peak)  # a row's maximum is NaN or infinite where any of its values is
+        scale = peak.float().clamp(min=torch.finfo(torch.float16).tiny)
         scale = scale.to(weight.dtype).float()  # as stored, so the table fits the rows the device rebuilds
-        rows = rows.float() / scale
-    indices, centroids, error = cluster_rows(rows, form.bits, form.size)
+        rows = torch.div(rows, scale)
+    indices, centroids, squared_error = cluster_rows(rows, form.bits, form.size)
     tables = [*shape[:axis], shape[axis] // form.size, *[1] * (len(shape) - axis - 1), 1 << form.bits, 1]
     buffers = {"indices": indices.view(shape), "lut": centroids.to(weight.dtype).view(tables)}
     if scale is not None:
         buffers["scale"] = scale.to(weight.dtype).view(*shape[: axis + 1], *[1] * (len(shape) - axis - 1))
-        error = _scaled_error(rows, scale, indices, centroids, form.size)
-    return Compressed(form, buffers, error)
+        squared_error = _scaled_error(rows, scale, indices, centroids, form.size) if error else None
+    return Compressed(form, buffers, squared_error if error else None)
 
 
 def _check_finite(weight: torch.Tensor) -> None:
@@ -195,8 +207,8 @@ def _scaled_error(rows: torch.Tensor, scale: torch.Tensor, indices: torch.Tensor
     squared_error = squared = 0.0
     for start in range(0, rows.shape[0], group * 64):
         part = slice(start, start + group * 64)
-        table = centroids[start // group : (start + rows[part].shape[0]) // group].repeat_interleave(group, 0)
-        rebuilt = table.gather(1, indices[part].long()).float()
+        table = centroids[start // group : (start + rows[part].shape[0]) // group].float().repeat_interleave(group, 0)
+        rebuilt = table.gather(1, indices[part].long())
         squared_error += float(((rebuilt - rows[part]) * scale[part]).square().sum())
         squared += float((rows[part] * scale[part]).square().sum())
     return squared_error / max(squared, 1e-30)

@@ -78,3 +78,44 @@ def test_a_quantized_export_streams_the_stored_weights_and_writes_the_float_firs
         digests[streams] = hashlib.sha256(out.read_bytes()).hexdigest()
     assert len(loaded) == 1  # the command streamed once, then loaded the float model
     assert digests[True] == digests[False]
+
+
+@pytest.mark.slow
+def test_verify_of_a_checkpoint_over_the_machines_memory_runs_its_references_a_module_at_a_time(tmp_path, monkeypatch):
+    """``export --quantize --verify`` where the fp32 weights are over half the machine's memory: the fp32 reference
+    reads each weight while its module runs (``streamed.read_while_running``) and gives the whole fp32 model's tokens
+    and logits exactly; the quantized eager model run with its weights compressed gives what it gives expanded once;
+    the export streams, and the command's check passes."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from coreai_partitioner import text_generation
+    from coreai_partitioner.cli import export as export_command
+    from coreai_partitioner.cli.main import main
+    from coreai_partitioner.quantize import streamed
+    from coreai_partitioner.text_generation import check
+
+    directory = checkpoint(tmp_path / "llama", "llama")
+    config = AutoConfig.from_pretrained(directory)
+    shapes = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=8)
+    whole = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, attn_implementation="eager").eval()
+    expected = check.reference(whole, shapes)
+    model = streamed.load_streamed(AutoModelForCausalLM, directory, config, torch.float32)
+    assert all(streamed.is_streamed(p) for p in model.parameters())  # every weight left in the checkpoint
+    with streamed.read_while_running(model):
+        got = check.reference(model, shapes)
+    assert got.tokens == expected.tokens and torch.equal(got.logits, expected.logits)
+    assert all(streamed.is_streamed(p) for p in model.parameters())  # each dropped once its module returned
+
+    held: list = []
+    text_generation.lower_decoder(whole, shapes, quantize="int4", quantized_reference=held)
+    assert torch.equal(check.eager_logits(held[0], expected, shapes, expanded=False),
+                       check.eager_logits(held[0], expected, shapes))
+
+    loaded = []
+    load = streamed.load_streamed
+    monkeypatch.setattr(streamed, "load_streamed", lambda *args: loaded.append(args[4:]) or load(*args))
+    monkeypatch.setattr(export_command, "memory_bytes", lambda: 1000)  # this checkpoint's fp32 weights do not fit
+    out = tmp_path / "out" / "model.pte"
+    argv = ["export", "--checkpoint", str(directory), "--quantize", "int4", "--no-tokenizer", "--verify", "--out", str(out)]
+    assert main(argv) == 0 and out.is_file()
+    assert loaded == [(), ("int4",)]  # the reference streams every weight, the export those int4 stores

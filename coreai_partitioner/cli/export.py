@@ -22,6 +22,9 @@ module of :mod:`.tasks` that supplies only what is its own
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import os
 import shutil
 import sys
 import time
@@ -35,6 +38,8 @@ from coreai_partitioner import console
 from coreai_partitioner.cli import detect, flags
 from coreai_partitioner.cli.command import CommandError, run_command
 from coreai_partitioner.cli.task import Phases, Plan, Task
+
+logger = logging.getLogger(__name__)
 
 #: ``--task`` values that are not a task this command exports but speech recognition's decoder prompt (Whisper's
 #: ``generate(task=...)``): ``--task translate`` exports Whisper to translate, as ``--speech-task translate`` does.
@@ -157,9 +162,11 @@ def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
 # ---------------------------------------------------------------- export
 
 
-def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
+def load_model(task: Task, plan: Plan, dtype: torch.dtype, *, reference: bool = False) -> torch.nn.Module:
     """The checkpoint at ``dtype``; or the tiny config's seeded model, made in fp32 and loaded into one made at ``dtype``
-    (what a checkpoint of it loads as), so its fp32 twin (``--verify``'s reference) has the same weights."""
+    (what a checkpoint of it loads as), so its fp32 twin (``--verify``'s ``reference``) has the same weights.  The
+    reference of a checkpoint verified :func:`layer_by_layer` leaves every weight in the checkpoint until its module
+    runs."""
     import transformers
     from transformers.utils import logging as transformers_logging
 
@@ -169,7 +176,11 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
         return task.load_model(plan, dtype)
     auto = getattr(transformers, task.MODEL)
     if plan.args.checkpoint:
-        if streams_weights(task, plan):
+        if reference and plan.layer_by_layer:
+            from coreai_partitioner.quantize.streamed import load_streamed
+
+            model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype)  # --verify's reference: every weight
+        elif streams_weights(task, plan):
             from coreai_partitioner.quantize.streamed import load_streamed
 
             model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype, plan.args.quantize)
@@ -195,15 +206,55 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
 def streams_weights(task: Task, plan: Plan) -> bool:
     """Whether the weights ``--quantize`` stores are read from the checkpoint one at a time as they are compressed
     (:mod:`coreai_partitioner.quantize.streamed`): a task that says it can (``STREAMS_WEIGHTS``), a safetensors
-    checkpoint, no eager run of the model (``--verify`` runs it; its fp32 reference is loaded whole) and no adapter
-    over it (PEFT wraps its layers)."""
-    if not (getattr(task, "STREAMS_WEIGHTS", False) and plan.args.quantize and not plan.args.verify):
+    checkpoint and no adapter over it (PEFT wraps its layers); under ``--verify`` only where its fp32 reference runs a
+    module at a time (:func:`layer_by_layer`): otherwise the model it loads whole is the one exported."""
+    if not (getattr(task, "STREAMS_WEIGHTS", False) and plan.args.quantize) or getattr(plan, "adapters", None):
+        return False
+    if plan.args.verify and not plan.layer_by_layer:
+        return False
+    from coreai_partitioner.quantize.streamed import checkpoint_files
+
+    return bool(checkpoint_files(plan.args.checkpoint))
+
+
+#: ``--verify``'s fp32 reference runs a module at a time where the model's fp32 weights are more than this share of
+#: the machine's memory (the export's quantized program and the runtime's copy of it come on top).
+WHOLE_REFERENCE_SHARE = 0.5
+
+
+def layer_by_layer(task: Task, plan: Plan) -> bool:
+    """Whether ``--verify --quantize``'s fp32 reference runs a module at a time, each weight read from the
+    checkpoint while its module runs (:func:`~coreai_partitioner.quantize.streamed.read_while_running`): a task that
+    streams its weights, a safetensors checkpoint without adapters, and fp32 weights over :data:`WHOLE_REFERENCE_SHARE`
+    of :func:`memory_bytes`.  The export then streams too, and the quantized eager model runs its weights compressed,
+    each expanded when its op runs."""
+    args = plan.args
+    if not (getattr(task, "STREAMS_WEIGHTS", False) and args.verify and args.quantize and args.checkpoint):
         return False
     if getattr(plan, "adapters", None):
         return False
     from coreai_partitioner.quantize.streamed import checkpoint_files
 
-    return bool(checkpoint_files(plan.args.checkpoint))
+    files = checkpoint_files(args.checkpoint)
+    if not files:
+        return False
+    return 4 * stored_elements(files) > WHOLE_REFERENCE_SHARE * memory_bytes()
+
+
+def stored_elements(files: dict[str, Path]) -> int:
+    """The elements of every tensor in a safetensors checkpoint (``checkpoint_files``'), from the files' headers."""
+    from safetensors import safe_open
+
+    count = 0
+    for path in set(files.values()):
+        with safe_open(str(path), "pt") as file:
+            count += sum(math.prod(file.get_slice(key).get_shape()) for key in file.keys())
+    return count
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def export(task: Task, plan: Plan, staging: Path) -> None:
@@ -214,12 +265,21 @@ def export(task: Task, plan: Plan, staging: Path) -> None:
     args = plan.args
     phases = Phases()
     verified = model = None
+    plan.layer_by_layer = layer_by_layer(task, plan)
     with phases.bar:
         if args.verify:
-            with phases("fp32 reference"):
-                model = load_model(task, plan, torch.float32)
-                verified = task.reference(plan, model)
-                if plan.load_dtype != torch.float32:
+            with phases("fp32 reference" + (", a module at a time" if plan.layer_by_layer else "")):
+                model = load_model(task, plan, torch.float32, reference=True)
+                if plan.layer_by_layer:
+                    from coreai_partitioner.quantize.streamed import read_while_running
+
+                    logger.info("the fp32 weights are over %d%% of this machine's memory: --verify's reference runs "
+                                "a module at a time", 100 * WHOLE_REFERENCE_SHARE)
+                    with read_while_running(model):
+                        verified = task.reference(plan, model)
+                else:
+                    verified = task.reference(plan, model)
+                if plan.load_dtype != torch.float32 or plan.layer_by_layer:
                     model = None  # the fp32 model goes before the one to export is loaded
         with phases("load"):
             if model is None:

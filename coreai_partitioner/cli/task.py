@@ -90,6 +90,7 @@ class Plan:
     config: Any
     tokenizer: Any = None  # decoder.tokenizer.Tokenizer, or None (a tiny model's is made); settled after the task's checks
     runner_tokenizer: bool = True  # ExecuTorch's runner reads the tokenizer (checked first); False: the .pte's caller tokenizes
+    layer_by_layer: bool = False  # --verify's references run a module at a time (export.layer_by_layer); set at export
 
     @property
     def dtype(self) -> torch.dtype:

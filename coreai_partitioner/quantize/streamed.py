@@ -37,9 +37,10 @@ from coreai_partitioner import _compat
 _SOURCES: dict[int, tuple[weakref.ref, Path, str, torch.dtype]] = {}
 
 
-def load_streamed(auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, scheme: Any) -> torch.nn.Module:
+def load_streamed(auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, scheme: Any = None) -> torch.nn.Module:
     """``auto.from_pretrained(checkpoint, dtype=dtype)``'s model, each weight ``scheme`` stores left in the checkpoint
-    until it is compressed (:func:`stream_weights`).
+    until it is compressed (:func:`stream_weights`); with no ``scheme``, every parameter the checkpoint holds, read
+    while its module runs under :func:`read_while_running`.
 
     The model is loaded in the checkpoint's dtype (views of its files: nothing read); each parameter then takes the
     dtype ``from_pretrained(dtype=dtype)`` gives it (``dtype``, or fp32 where the model keeps it so: GPT-OSS's norms)
@@ -56,7 +57,8 @@ def load_streamed(auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, 
     kept = _compat.kept_in_fp32(skeleton, dtype)
     made = dict(skeleton.named_parameters(remove_duplicate=False))
     dtypes = {name: torch.float32 if kept(name) else made[name].dtype for name in made}
-    stream_weights(model, checkpoint, [weight.name for weight in stored_weights(model, scheme)], dtypes)
+    names = [w.name for w in stored_weights(model, scheme)] if scheme is not None else list(made)
+    stream_weights(model, checkpoint, names, dtypes)
     cast_the_rest(model, dtypes)
     buffers = dict(skeleton.named_buffers())
     for layer, module in model.named_modules():
@@ -138,6 +140,36 @@ def stream_weights(
                 own[attribute] = fakes[id(parameter)]
                 done.append(f"{layer}.{attribute}" if layer else attribute)
     return done
+
+
+@contextlib.contextmanager
+def read_while_running(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` run eagerly a module at a time: each weight :func:`stream_weights` left in the checkpoint is read
+    (and cast) when the module holding it is called, and dropped when the call returns, so the float weights are
+    never all held (``export --verify``'s fp32 reference of a checkpoint larger than memory)."""
+    handles = []
+    held: dict[int, dict[str, torch.nn.Parameter]] = {}  # the fakes of each module running, by id
+
+    def read(module: torch.nn.Module, args: Any) -> None:
+        own = _compat.module_state(module)[0]
+        fakes = {name: tensor for name, tensor in own.items() if tensor is not None and is_streamed(tensor)}
+        held.setdefault(id(module), fakes)
+        for name, fake in fakes.items():
+            own[name] = torch.nn.Parameter(materialize(fake), requires_grad=False)
+
+    def drop(module: torch.nn.Module, args: Any, output: Any) -> None:
+        _compat.module_state(module)[0].update(held.pop(id(module), {}))
+
+    for module in model.modules():
+        own = _compat.module_state(module)[0]
+        if any(tensor is not None and is_streamed(tensor) for tensor in own.values()):
+            handles.append(module.register_forward_pre_hook(read))
+            handles.append(module.register_forward_hook(drop, always_call=True))
+    try:
+        yield model
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def cast_the_rest(model: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -> None:

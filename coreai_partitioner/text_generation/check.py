@@ -119,7 +119,9 @@ def program_logits(program: Any, reference: Reference, shapes: DecoderShapes) ->
     return torch.cat(rows)
 
 
-def eager_logits(model: torch.nn.Module, reference: Reference, shapes: DecoderShapes) -> torch.Tensor:
+def eager_logits(
+    model: torch.nn.Module, reference: Reference, shapes: DecoderShapes, *, expanded: bool = True
+) -> torch.Tensor:
     """An eager model's logits where :attr:`Reference.logits` are, in float32.
 
     ``model`` is a Hugging Face causal LM, at the dtype the program was
@@ -131,14 +133,15 @@ def eager_logits(model: torch.nn.Module, reference: Reference, shapes: DecoderSh
     form's ``forward`` a token a call), then the reference's tokens one a call.
     A quantized program's weights are expanded once, in a copy of
     ``model`` (:func:`~coreai_partitioner.quantize.weight_forms.expand_weights`),
-    not on every call; ``model`` is left as it was.
+    not on every call; ``model`` is left as it was.  ``expanded=False`` leaves them compressed, each expanded when
+    its op runs (the same numbers, slower; for weights that would not fit expanded).
     """
     text = reference.prompt + reference.tokens[:-1]
     with torch.no_grad():
         if hasattr(model, "generation_config"):
             logits = model(torch.tensor([text])).logits[0].float()
             return logits if reference.full_logits else logits[len(reference.prompt) - 1 :]
-        if isinstance(model, torch.fx.GraphModule):
+        if isinstance(model, torch.fx.GraphModule) and expanded:
             model = expand_weights(copy.deepcopy(model))
         reset_state(model)
         chunks = (

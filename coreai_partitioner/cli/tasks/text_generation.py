@@ -55,7 +55,8 @@ DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
 #: ``text_generation.lower_decoder`` keywords, by the flag whose ``dest`` each is.
 LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
-#: Under --quantize (without --verify) the weights it stores are read from the checkpoint as they are compressed.
+#: Under --quantize the weights it stores are read from the checkpoint as they are compressed (under --verify where the
+#: fp32 model would not fit: cli/export.py's layer_by_layer).
 STREAMS_WEIGHTS = True
 
 
@@ -246,8 +247,8 @@ def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases)
             eager = eager_logits(model, verified, plan.shapes)  # the model at its dtype: what the .pte must compute
         held: list | None = [] if verified is not None and plan.args.quantize else None
         lowered = lower_decoder(model, plan.shapes, quantized_reference=held, **lowering_options(plan.args))
-        if held:
-            eager = eager_logits(held.pop(), verified, plan.shapes)  # the quantized eager model
+        if held:  # the quantized eager model; its weights expanded once unless they would not fit expanded
+            eager = eager_logits(held.pop(), verified, plan.shapes, expanded=not plan.layer_by_layer)
     return lowered, eager
 
 

@@ -326,6 +326,19 @@ def test_a_weight_under_a_camel_case_module_name_is_stored_compressed_and_the_co
     assert (model(x) - expected).abs().max() > 0  # the weight really is stored compressed
 
 
+def test_a_sequential_whose_input_torch_export_names_input_lowers_quantized_and_runs_as_quantized_eager():
+    # nn.Sequential's forward takes ``input``: a copy of its graph renamed that placeholder "input_1", and the
+    # quantized program's signature no longer named it (SpecViolationError) until the copy kept the names
+    from coreai_partitioner import lower
+    from coreai_partitioner.quantize import quantize
+
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32)).eval(), torch.randn(2, 64)
+    actual = run_pte(lower(model, (x,), quantize="int8").to_executorch().buffer, [x])[0]
+    expected = quantize(torch.export.export(model, (x,)), "int8").module()(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-3, atol=1e-4)
+
+
 # ---------------------------------------------------------------- coreai-opt's integers without its graph mode
 
 

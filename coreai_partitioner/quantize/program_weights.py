@@ -12,7 +12,6 @@ or not, and leaves it as it was.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind, InputS
 
 from coreai_partitioner import _compat
 from coreai_partitioner.records.call_sites import externalized_op_name
+from coreai_partitioner.records.programs import graph_module_copy
 from coreai_partitioner.quantize.weight_forms import Compressed
 
 __all__ = ["Weight", "is_kept", "outside_composites", "parameter_users", "replace_weights"]
@@ -109,7 +109,7 @@ def replace_weights(program: ExportedProgram, compressed: Mapping[str, Compresse
     reads it too.  Those parameters leave the program.  The graph is copied,
     never the weights.
     """
-    graph_module = copy.deepcopy(program.graph_module)
+    graph_module = graph_module_copy(program)  # a plain deepcopy renames a user input "input"
     graph = graph_module.graph
     placeholders = {node.name: node for node in graph.nodes if node.op == "placeholder"}
     fake = _compat.detect_fake_mode([node.meta.get("val") for node in placeholders.values()])

@@ -19,8 +19,7 @@ def with_own_graph(
     Exported programs lift weights out of the graph module, so the copy costs
     nodes, not weights; the tensors are shared, never copied.
     """
-    graph_module = copy.deepcopy(program.graph_module)
-    _keep_names(program, graph_module)
+    graph_module = graph_module_copy(program)
     return ExportedProgram(
         root=graph_module,
         graph=graph_module.graph,
@@ -32,6 +31,13 @@ def with_own_graph(
         constants=dict(program.constants if constants is None else constants),
         verifiers=[program.verifier],
     )
+
+
+def graph_module_copy(program: ExportedProgram) -> Any:
+    """A copy of ``program``'s graph module whose nodes keep the names its signature uses."""
+    graph_module = copy.deepcopy(program.graph_module)
+    _keep_names(program, graph_module)
+    return graph_module
 
 
 def deep_copy(program: ExportedProgram, memo: dict | None = None) -> ExportedProgram:

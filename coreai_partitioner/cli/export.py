@@ -205,16 +205,20 @@ def load_model(task: Task, plan: Plan, dtype: torch.dtype, *, reference: bool = 
 
 def streams_weights(task: Task, plan: Plan) -> bool:
     """Whether the weights ``--quantize`` stores are read from the checkpoint one at a time as they are compressed
-    (:mod:`coreai_partitioner.quantize.streamed`): a task that says it can (``STREAMS_WEIGHTS``), a safetensors
-    checkpoint and no adapter over it (PEFT wraps its layers); under ``--verify`` only where its fp32 reference runs a
-    module at a time (:func:`layer_by_layer`): otherwise the model it loads whole is the one exported."""
-    if not (getattr(task, "STREAMS_WEIGHTS", False) and plan.args.quantize) or getattr(plan, "adapters", None):
-        return False
-    if plan.args.verify and not plan.layer_by_layer:
+    (:mod:`coreai_partitioner.quantize.streamed`): where it :func:`can_stream`, and under ``--verify`` only where its
+    fp32 reference runs a module at a time (:func:`layer_by_layer`): otherwise the model it loads whole is exported."""
+    return can_stream(task, plan) and (not plan.args.verify or plan.layer_by_layer)
+
+
+def can_stream(task: Task, plan: Plan) -> bool:
+    """A task that says it can (``STREAMS_WEIGHTS``) under ``--quantize``, a safetensors checkpoint, and no adapter
+    over it (PEFT wraps its layers)."""
+    args = plan.args
+    if not (getattr(task, "STREAMS_WEIGHTS", False) and args.quantize and args.checkpoint):
         return False
     from coreai_partitioner.quantize.streamed import checkpoint_files
 
-    return bool(checkpoint_files(plan.args.checkpoint))
+    return not getattr(plan, "adapters", None) and bool(checkpoint_files(args.checkpoint))
 
 
 #: ``--verify``'s fp32 reference runs a module at a time where the model's fp32 weights are more than this share of
@@ -224,21 +228,15 @@ WHOLE_REFERENCE_SHARE = 0.5
 
 def layer_by_layer(task: Task, plan: Plan) -> bool:
     """Whether ``--verify --quantize``'s fp32 reference runs a module at a time, each weight read from the
-    checkpoint while its module runs (:func:`~coreai_partitioner.quantize.streamed.read_while_running`): a task that
-    streams its weights, a safetensors checkpoint without adapters, and fp32 weights over :data:`WHOLE_REFERENCE_SHARE`
-    of :func:`memory_bytes`.  The export then streams too, and the quantized eager model runs its weights compressed,
-    each expanded when its op runs."""
-    args = plan.args
-    if not (getattr(task, "STREAMS_WEIGHTS", False) and args.verify and args.quantize and args.checkpoint):
-        return False
-    if getattr(plan, "adapters", None):
+    checkpoint while its module runs (:func:`~coreai_partitioner.quantize.streamed.read_while_running`): where the
+    export :func:`can_stream` and the fp32 weights are over :data:`WHOLE_REFERENCE_SHARE` of :func:`memory_bytes`.
+    The export then streams too, and the quantized eager model runs its weights compressed, each expanded when its
+    op runs."""
+    if not (plan.args.verify and can_stream(task, plan)):
         return False
     from coreai_partitioner.quantize.streamed import checkpoint_files
 
-    files = checkpoint_files(args.checkpoint)
-    if not files:
-        return False
-    return 4 * stored_elements(files) > WHOLE_REFERENCE_SHARE * memory_bytes()
+    return 4 * stored_elements(checkpoint_files(plan.args.checkpoint)) > WHOLE_REFERENCE_SHARE * memory_bytes()
 
 
 def stored_elements(files: dict[str, Path]) -> int:

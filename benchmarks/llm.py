@@ -172,14 +172,7 @@ def model_loader(name: str, cache_dir: Path):
             return AutoModelForCausalLM.from_config(text_generation.tiny_config(recipe[5:]), attn_implementation="eager").to(dtype).eval()
 
         return load
-    if recipe in WRITTEN_BY_TENSOR:
-        stored = WRITTEN_BY_TENSOR[recipe]
-        path = memory_profile.write_checkpoint(checkpoint_config(recipe, layers),
-                                               cache_dir / f"{recipe}-shape-{layers}l-{stored}",
-                                               {"bf16": torch.bfloat16, "fp16": torch.float16}[stored])
-    else:
-        path = memory_profile.save_checkpoint(checkpoint_config(recipe, layers),
-                                              cache_dir / f"{recipe}-shape-{layers}l-fp16")
+    path = checkpoint(name, cache_dir)
 
     def load():
         from transformers import AutoModelForCausalLM
@@ -194,6 +187,19 @@ def model_loader(name: str, cache_dir: Path):
         ).eval()
 
     return load
+
+
+def checkpoint(name: str, cache_dir: Path) -> Path:
+    """The checkpoint of a row with a recipe under ``cache_dir``, saved (or written a tensor at a time) if missing."""
+    import torch
+
+    recipe, _, layers, _ = ROWS[name]
+    if recipe in WRITTEN_BY_TENSOR:
+        stored = WRITTEN_BY_TENSOR[recipe]
+        return memory_profile.write_checkpoint(checkpoint_config(recipe, layers),
+                                               cache_dir / f"{recipe}-shape-{layers}l-{stored}",
+                                               {"bf16": torch.bfloat16, "fp16": torch.float16}[stored])
+    return memory_profile.save_checkpoint(checkpoint_config(recipe, layers), cache_dir / f"{recipe}-shape-{layers}l-fp16")
 
 
 def stored_config(path: Path, layers_kept: int | None = None) -> Any:

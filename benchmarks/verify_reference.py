@@ -33,10 +33,7 @@ def main() -> None:
     parser.add_argument("--row", default="qwen3-14b-int4-streamed", choices=[r for r in llm.ROWS if not r.startswith("tiny")])
     parser.add_argument("--results", type=Path, default=HERE / "results")
     args = parser.parse_args()
-    llm.model_loader(args.row, args.cache_dir)  # writes the checkpoint if missing
-    recipe, _, layers, _ = llm.ROWS[args.row]
-    stored = llm.WRITTEN_BY_TENSOR.get(recipe, "fp16")
-    path = args.cache_dir / f"{recipe}-shape-{layers}l-{stored}"
+    path = llm.checkpoint(args.row, args.cache_dir)  # written if missing
 
     import torch
     from transformers import AutoModelForCausalLM

@@ -68,7 +68,7 @@ def store_weights(
     started = time.perf_counter()
     ranked = scheme.promoted is not None  # a mixed scheme promotes the weights its tables fit worst
     compressed = {w.name: _compress(program.state_dict[w.name], w, ranked) for w in weights}
-    if scheme.promoted is not None:
+    if ranked:
         compressed.update(_promoted(program, weights, compressed, scheme))
     logger.info(
         "stored %d weight(s) as %s in %.1f s%s", len(compressed), scheme.name, time.perf_counter() - started,

@@ -152,3 +152,34 @@ class Buffers(torch.nn.Module):
 
 def test_weight_blobs_of_every_plain_dtype_keep_their_values():
     assert_lowers_and_matches(Buffers().eval(), torch.randn(2, 3), specs=[])
+
+
+def test_a_decoder_traced_without_stack_traces_lowers_to_the_same_pte():
+    """Stack traces are recorded only where something reads them: the default asset (``debug_info="none"``) has no
+    locations, so a GQA decoder traced without them (its repeated heads rewritten by the backend's pass, which
+    copies a node's stack trace only where there is one) is byte for byte the decoder traced with them."""
+    from transformers import AutoModelForCausalLM
+
+    from coreai_partitioner import text_generation
+    from coreai_partitioner.lowering.lower import reads_stack_traces
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.text_decoder.shapes import runner_metadata
+    from coreai_partitioner.text_generation.export import export_decoder
+
+    assert not reads_stack_traces({}) and not reads_stack_traces({"debug_info": "op_ids"})
+    assert reads_stack_traces({"debug_info": "full"}) and reads_stack_traces({}, generate_etrecord=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(text_generation.tiny_config("qwen3")).eval()
+    shapes = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
+    ptes = {}
+    for recorded in (True, False):
+        program, records = export_decoder(model, shapes, decompositions=decomposition_table(), stack_traces=recorded)
+        # (torch's runtime-assert pass gives the sizes it reads a stack trace of its own)
+        traced = [n for n in program.graph.nodes if n.op == "call_function" and n.target != torch.ops.aten.sym_size.int]
+        assert all(bool(node.meta.get("stack_trace")) == recorded for node in traced)
+        edge = lower_methods([("forward", (program, records))], device=False, constant_methods=runner_metadata(model, shapes))
+        ptes[recorded] = bytes(edge.to_executorch().buffer)
+    assert ptes[True] == ptes[False]
+    assert bytes(text_generation.lower_decoder(model, shapes).to_executorch().buffer) == ptes[False]
+    assert torch.fx.config.do_not_emit_stack_traces is False  # restored

@@ -121,8 +121,9 @@ def expand_repeated_heads(graph_module: GraphModule) -> int:
         expanded.meta["val"] = unsqueezed.meta["val"].expand(expanded_shape)
         copied.meta["val"] = expanded.meta["val"].clone(memory_format=torch.contiguous_format)
         reshaped.meta["val"] = copied.meta["val"].view(node.meta["val"].shape)
-        for new in (unsqueezed, expanded, copied, reshaped):
-            new.meta["stack_trace"] = node.meta.get("stack_trace")
+        if "stack_trace" in node.meta:  # coreai-torch parses a stack trace it finds, and cannot parse None
+            for new in (unsqueezed, expanded, copied, reshaped):
+                new.meta["stack_trace"] = node.meta["stack_trace"]
         node.replace_all_uses_with(reshaped)
         graph.erase_node(node)
         _erase_unused(index, graph)

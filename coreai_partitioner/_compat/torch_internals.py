@@ -4,7 +4,9 @@ keeps in fp32), diffusers' one (its configs' class field)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -30,6 +32,20 @@ def preserve_node_meta() -> Any:
     from torch.fx.traceback import preserve_node_meta as preserve
 
     return preserve()
+
+
+@contextlib.contextmanager
+def stack_traces_recorded(recorded: bool) -> Iterator[None]:
+    """Traces inside record each node's Python stack (``node.meta["stack_trace"]``) or not: torch's
+    ``torch.fx.config.do_not_emit_stack_traces``, set for the block and restored after."""
+    import torch.fx
+
+    before = torch.fx.config.do_not_emit_stack_traces
+    torch.fx.config.do_not_emit_stack_traces = not recorded
+    try:
+        yield
+    finally:
+        torch.fx.config.do_not_emit_stack_traces = before
 
 
 def acyclic_partition(nodes: list) -> bool:

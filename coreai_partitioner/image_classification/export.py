@@ -64,7 +64,7 @@ def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None 
     writes it); ``metadata`` adds constant methods to ``get_image_size``
     (height, width) and ``get_num_channels``, which win where both name one.
     """
-    from coreai_partitioner.lowering.lower import export_with_composites
+    from coreai_partitioner.lowering.lower import export_with_composites, reads_stack_traces
     from coreai_partitioner.lowering.methods import lower_methods
 
     pixels = sample_of(model)
@@ -74,7 +74,7 @@ def lower_image_classifier(model: nn.Module, *, metadata: dict[str, Any] | None 
         "adapted" if adapted(model) else "lowered whole", "x".join(map(str, pixels.shape[1:])),
     )
     constants = {**(metadata or {}), "get_image_size": list(pixels.shape[2:]), "get_num_channels": pixels.shape[1]}
-    exported = export_with_composites(module, (pixels,))
+    exported = export_with_composites(module, (pixels,), stack_traces=reads_stack_traces(partitioner_options))
     return lower_methods([("forward", exported)], device=False, constant_methods=constants, **partitioner_options)
 
 

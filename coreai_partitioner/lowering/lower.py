@@ -43,6 +43,7 @@ def export_with_composites(
     decompositions: Mapping[Any, Callable[..., Any]] | None = None,
     annotations: bool = False,
     max_data_dependent_size: int | None = None,
+    stack_traces: bool = True,
 ) -> Exported:
     """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
 
@@ -72,6 +73,11 @@ def export_with_composites(
     ``max_data_dependent_size=N`` gives every such size without one that
     bound (a run that exceeds it fails in ExecuTorch's resize).  A size
     with neither is refused here, naming the node that makes it.
+
+    ``stack_traces=False`` traces without recording each node's Python stack
+    (``node.meta["stack_trace"]``): a sixth of a 0.6B decoder's export, and
+    read only by an asset with ``debug_info="full"`` and by an ETRecord
+    (:func:`reads_stack_traces`).
     """
     from coreai_partitioner.partition.decompositions import coreai_table
 
@@ -92,23 +98,32 @@ def export_with_composites(
             return program  # quantize() decomposes, with the table given
         return program.run_decompositions(coreai_table())
 
-    with floating_as(model, dtype):
-        program, records = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
-    if quantize is not None:
-        from coreai_partitioner.quantize import quantize as quantize_weights
+    with _compat.stack_traces_recorded(stack_traces):
+        with floating_as(model, dtype):
+            program, records = externalize_modules(model, default_specs() if specs is None else specs, export_fn=export_fn)
+        if quantize is not None:
+            from coreai_partitioner.quantize import quantize as quantize_weights
 
-        program = quantize_weights(
-            program, quantize, records=records, example_inputs=sample, dynamic_shapes=dynamic_shapes,
-            keep_float=keep_float, decompositions=decompositions,
-        )
-    elif decompositions is not None and not traced_decomposed:
-        program = program.run_decompositions(decompositions)
+            program = quantize_weights(
+                program, quantize, records=records, example_inputs=sample, dynamic_shapes=dynamic_shapes,
+                keep_float=keep_float, decompositions=decompositions,
+            )
+        elif decompositions is not None and not traced_decomposed:
+            program = program.run_decompositions(decompositions)
     if decompositions is not None:
         for graph_module in [program.graph_module, *(record.exported_program.graph_module for record in records)]:
             remove_noop_expands(graph_module)
     _compat.return_types_as_tuples(program)
     bound_data_dependent_sizes(program, max_data_dependent_size)
     return program, records
+
+
+def reads_stack_traces(partitioner_options: Mapping[str, Any], generate_etrecord: bool = False) -> bool:
+    """Whether anything the lowering makes reads the trace's stack traces: the asset with
+    ``debug_info="full"`` (:mod:`coreai_partitioner.backends.apple_coreai.debug_info`), or an ETRecord."""
+    from coreai_partitioner.backends.apple_coreai.debug_info import DEFAULT
+
+    return generate_etrecord or partitioner_options.get("debug_info", DEFAULT) == "full"
 
 
 def bound_data_dependent_sizes(program: ExportedProgram, largest: int | None) -> None:
@@ -210,6 +225,7 @@ def lower(
     exported = export_with_composites(
         model, sample, specs=specs, dynamic_shapes=dynamic_shapes, dtype=dtype, quantize=quantize, keep_float=keep_float,
         max_data_dependent_size=max_data_dependent_size,
+        stack_traces=reads_stack_traces(partitioner_options, generate_etrecord),
     )
     return lower_exported(
         exported,

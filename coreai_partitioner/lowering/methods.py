@@ -99,7 +99,7 @@ def lower_methods(
 
 def export_method(
     module: torch.nn.Module, sample: Sequence[torch.Tensor], decompositions: dict, dynamic_shapes: Any = None,
-    quantize: Any = None,
+    quantize: Any = None, stack_traces: bool = True,
 ):
     """``module`` exported to functional ATen IR with its composites externalized (the export road every task
     takes, :func:`~coreai_partitioner.lowering.lower.export_with_composites`), its weights stored as ``quantize``
@@ -107,14 +107,14 @@ def export_method(
 
     The trace keeps the boundaries the model marks
     (:func:`~coreai_partitioner.partition.boundaries.outside_delegate`: the
-    cross-attention split, the device form's cache writes).
+    cross-attention split, the device form's cache writes), and each node's stack trace only with ``stack_traces``.
     """
     from coreai_partitioner.lowering.lower import export_with_composites
 
     with torch.no_grad():
         return export_with_composites(
             module, sample, dynamic_shapes=dynamic_shapes, decompositions=decompositions, annotations=True,
-            quantize=quantize,
+            quantize=quantize, stack_traces=stack_traces,
         )
 
 
@@ -142,11 +142,17 @@ def lower_method_modules(
     phases = phases if phases is not None else {}
     dynamic_shapes = dynamic_shapes or {}
 
+    from coreai_partitioner.lowering.lower import reads_stack_traces
+
+    stack_traces = reads_stack_traces(partitioner_options)
+
     def exported():
         table = decomposition_table()
         for method, module in modules.items():
             started = time.perf_counter()
-            program, records = export_method(module, samples[method], table, dynamic_shapes.get(method), quantize)
+            program, records = export_method(
+                module, samples[method], table, dynamic_shapes.get(method), quantize, stack_traces
+            )
             if quantize is not None and quantized_reference is not None:
                 quantized_reference[method] = program.module()
             yield method, (program, records)

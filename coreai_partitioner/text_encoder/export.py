@@ -100,7 +100,7 @@ def lower_text_encoder(
     win where both name one (optimum's ``get_max_seq_len`` is the position
     table's length, RoBERTa's longer than the input it numbers).
     """
-    from coreai_partitioner.lowering.lower import export_with_composites
+    from coreai_partitioner.lowering.lower import export_with_composites, reads_stack_traces
     from coreai_partitioner.lowering.methods import lower_methods
 
     module = adapt(model, task, sentence=sentence)
@@ -118,7 +118,9 @@ def lower_text_encoder(
     length = torch.export.Dim("T", min=1, max=max_seq_len)
     dims = {1: length} if max_batch == 1 else {0: torch.export.Dim("B", min=1, max=max_batch), 1: length}
     logger.info("%s %s: %d layer(s), T up to %d, B up to %d", model.config.model_type, task, len(module.encoder.layers), max_seq_len, max_batch)
-    exported = export_with_composites(module, sample, dynamic_shapes=(dims, dims))
+    exported = export_with_composites(
+        module, sample, dynamic_shapes=(dims, dims), stack_traces=reads_stack_traces(partitioner_options)
+    )
     constants = {**(metadata or {}), "get_max_seq_len": max_seq_len, "get_max_batch_size": max_batch}
     return lower_methods([("forward", exported)], device=False, constant_methods=constants, **partitioner_options)
 

@@ -38,6 +38,7 @@ def export_decoder(
     length: int | None = None,
     layers_per_delegate: int | None = None,
     slots: Any = None,
+    stack_traces: bool = True,
 ):
     """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
 
@@ -53,7 +54,8 @@ def export_decoder(
     (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
     names.  Every shape is checked against the scheme before any work.  ``slots`` (an
     :class:`~coreai_partitioner.adapters.slots.AdapterSlots` over ``model``'s layers) adds each slot's
-    ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.
+    ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.  ``stack_traces`` is
+    :func:`~coreai_partitioner.lowering.lower.export_with_composites`'s.
     """
     from coreai_partitioner.lowering.lower import export_with_composites
 
@@ -94,7 +96,7 @@ def export_decoder(
     program, records = export_with_composites(
         exported, sample, dynamic_shapes=dynamic_shapes, quantize=quantize or None,
         keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
-        annotations=shapes.device,
+        annotations=shapes.device, stack_traces=stack_traces,
     )
     if slots is not None:
         from coreai_partitioner.adapters.slots import check_slots_used
@@ -150,6 +152,7 @@ def lower_decoder(
     pair an input of ``forward``.  ``external_data=True`` (a partitioner option) keeps the weights out of the
     ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
     """
+    from coreai_partitioner.lowering.lower import reads_stack_traces
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
 
@@ -169,7 +172,7 @@ def lower_decoder(
         raise ValueError("graph breaks are the device form's (target='device'); the host form is one delegate")
     program, records = export_decoder(
         model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(), decoder=decoder,
-        slots=slots,
+        slots=slots, stack_traces=reads_stack_traces(partitioner_options),
     )
     if quantize and quantized_reference is not None:
         quantized_reference.append(program.module())
@@ -193,6 +196,7 @@ def _lower_device(
     """:func:`lower_decoder`'s device form (:mod:`coreai_partitioner.text_decoder.device`): an export per method (one bounded ``forward``, or
     static ``forward`` and ``prefill``), functions of one shared asset."""
     from coreai_partitioner.text_decoder.device import check_device
+    from coreai_partitioner.lowering.lower import reads_stack_traces
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
 
@@ -203,6 +207,7 @@ def _lower_device(
             program, records = export_decoder(
                 model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
                 decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
+                stack_traces=reads_stack_traces(partitioner_options),
             )
             if quantize and quantized_reference is not None and method == "forward":
                 quantized_reference.append(program.module())

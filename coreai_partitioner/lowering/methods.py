@@ -139,12 +139,11 @@ def lower_method_modules(
 
     ``phases``, when given, receives the seconds of each phase (``export <method>``, ``lower``).
     """
-    phases = phases if phases is not None else {}
-    dynamic_shapes = dynamic_shapes or {}
-
     from coreai_partitioner.lowering.lower import reads_stack_traces
 
-    stack_traces = reads_stack_traces(partitioner_options)
+    phases = phases if phases is not None else {}
+    dynamic_shapes = dynamic_shapes or {}
+    stack_traces = reads_stack_traces(partitioner_options)  # the trace records none that nothing reads
 
     def exported():
         table = decomposition_table()

@@ -181,3 +181,27 @@ def test_memoized_fake_impl_runs_the_forward_once_per_input_signature():
     with FakeTensorMode() as mode:  # a list or tuple argument is not memoized, and does not break the key
         fake(mode.from_tensor(torch.empty(2, 3)), mode.from_tensor(torch.empty(3, 5)), (1, 2, 3))
     assert len(calls) == 3
+
+
+def test_the_sub_exports_list_torchs_keepable_ops_once_and_leave_torch_as_it_was(monkeypatch):
+    """Each sub-export's ``run_decompositions`` asks torch for the CompositeImplicitAutograd ops it can keep, walking
+    every operator namespace (two or three times a sub-export); the sub-exports of one externalization ask once."""
+    from torch._export import utils
+    from torch.export import decomp_utils, exported_program
+
+    calls = []
+    listed = utils._collect_all_valid_cia_ops
+
+    def counted():
+        calls.append(1)
+        return listed()
+
+    for module in (utils, decomp_utils, exported_program):
+        monkeypatch.setattr(module, "_collect_all_valid_cia_ops", counted)
+    model = TinyTransformer(layers=2, dim=32, heads=4).eval()
+    sample = (torch.randint(0, 128, (1, 8), dtype=torch.int32),)
+    # The whole model exported without decomposing, so that only the sub-exports ask.
+    _, records = externalize_modules(model, default_specs(), export_fn=lambda m: torch.export.export(m, sample))
+    assert records.sub_exports == 2  # one RMSNorm, one SDPA
+    assert len(calls) == 1
+    assert decomp_utils._collect_all_valid_cia_ops is counted and exported_program._collect_all_valid_cia_ops is counted

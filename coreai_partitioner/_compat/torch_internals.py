@@ -48,6 +48,38 @@ def stack_traces_recorded(recorded: bool) -> Iterator[None]:
         torch.fx.config.do_not_emit_stack_traces = before
 
 
+@contextlib.contextmanager
+def composite_ops_listed_once() -> Iterator[None]:
+    """torch's list of the CompositeImplicitAutograd ops ``torch.export`` can keep, made once for the block.
+
+    ``ExportedProgram.run_decompositions`` asks for it two or three times
+    (``_collect_all_valid_cia_ops``, in ``torch.export.decomp_utils`` and
+    ``torch.export.exported_program``), and each time torch walks every
+    operator namespace: about a third of a small sub-export's time.  The list
+    changes only when an op is registered, so the block must register none.
+    Not thread-safe: the two modules' function is swapped for the block.
+    """
+    from torch._export import utils
+    from torch.export import decomp_utils, exported_program
+
+    listed: list = []
+
+    def once() -> Any:
+        if not listed:
+            listed.append(utils._collect_all_valid_cia_ops())
+        return listed[0]
+
+    modules = (decomp_utils, exported_program)
+    before = [module._collect_all_valid_cia_ops for module in modules]
+    for module in modules:
+        module._collect_all_valid_cia_ops = once
+    try:
+        yield
+    finally:
+        for module, function in zip(modules, before):
+            module._collect_all_valid_cia_ops = function
+
+
 def acyclic_partition(nodes: list) -> bool:
     """``torch.fx.passes.utils.fuser_utils.validate_partition``: fusing ``nodes`` makes no dependency cycle."""
     from torch.fx.passes.utils.fuser_utils import validate_partition

@@ -128,9 +128,11 @@ def _externalize(
     # caller's dynamic dims for good; suppressing guards keeps them dynamic.
     shape_env = _shape_env(exported_program)
     with shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
-        # Restores every patched forward in its own ``finally``.
+        # Restores every patched forward in its own ``finally``.  The composites' ops were registered above, and the
+        # sub-exports register none: torch's list of the ops it can keep is made once for all of them.
         exports = SharedExports(reuse=reuse_exports)
-        records = ExternalizedModules(subexport_and_restore(model, exported_program, exports))
+        with _compat.composite_ops_listed_once():
+            records = ExternalizedModules(subexport_and_restore(model, exported_program, exports))
     records.sub_exports = exports.runs
     logger.info(
         "externalized %d call site(s) with %d sub-export(s): %s",

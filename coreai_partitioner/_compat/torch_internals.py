@@ -35,17 +35,22 @@ def preserve_node_meta() -> Any:
 
 
 @contextlib.contextmanager
-def stack_traces_recorded(recorded: bool) -> Iterator[None]:
+def _replaced(owner: Any, name: str, value: Any) -> Iterator[None]:
+    """``owner.name`` is ``value`` for the block and is restored after it.  Not thread-safe."""
+    before = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, before)
+
+
+def stack_traces_recorded(recorded: bool) -> Any:
     """Traces inside record each node's Python stack (``node.meta["stack_trace"]``) or not: torch's
     ``torch.fx.config.do_not_emit_stack_traces``, set for the block and restored after."""
     import torch.fx
 
-    before = torch.fx.config.do_not_emit_stack_traces
-    torch.fx.config.do_not_emit_stack_traces = not recorded
-    try:
-        yield
-    finally:
-        torch.fx.config.do_not_emit_stack_traces = before
+    return _replaced(torch.fx.config, "do_not_emit_stack_traces", not recorded)
 
 
 @contextlib.contextmanager
@@ -62,22 +67,10 @@ def composite_ops_listed_once() -> Iterator[None]:
     from torch._export import utils
     from torch.export import decomp_utils, exported_program
 
-    listed: list = []
-
-    def once() -> Any:
-        if not listed:
-            listed.append(utils._collect_all_valid_cia_ops())
-        return listed[0]
-
-    modules = (decomp_utils, exported_program)
-    before = [module._collect_all_valid_cia_ops for module in modules]
-    for module in modules:
-        module._collect_all_valid_cia_ops = once
-    try:
-        yield
-    finally:
-        for module, function in zip(modules, before):
-            module._collect_all_valid_cia_ops = function
+    once = functools.cache(utils._collect_all_valid_cia_ops)
+    with _replaced(decomp_utils, "_collect_all_valid_cia_ops", once):
+        with _replaced(exported_program, "_collect_all_valid_cia_ops", once):
+            yield
 
 
 def acyclic_partition(nodes: list) -> bool:
@@ -234,13 +227,9 @@ def export_decomposed(
     from torch.export import _trace, exported_program
 
     kept = {op: exported_program._special_op_to_preserve_cia for op in _composite_ops() if op not in decompositions}
-    to_aten = _trace._export_to_aten_ir
-    _trace._export_to_aten_ir = functools.partial(to_aten, decomp_table=decompositions)
-    try:
-        with exported_program._override_composite_implicit_decomp(kept):
-            return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
-    finally:
-        _trace._export_to_aten_ir = to_aten
+    to_aten = functools.partial(_trace._export_to_aten_ir, decomp_table=decompositions)
+    with _replaced(_trace, "_export_to_aten_ir", to_aten), exported_program._override_composite_implicit_decomp(kept):
+        return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
 
 
 @functools.cache

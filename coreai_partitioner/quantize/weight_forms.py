@@ -192,7 +192,8 @@ def compress(
     buffers = {"indices": indices.view(shape), "lut": centroids.to(weight.dtype).view(tables)}
     if scale is not None:
         buffers["scale"] = scale.to(weight.dtype).view(*shape[: axis + 1], *[1] * (len(shape) - axis - 1))
-        squared_error = _scaled_error(rows, scale, indices, centroids, form.size) if error else None
+        if error:  # of the rows as the device rebuilds them, scaled
+            squared_error = _scaled_error(rows, scale, indices, centroids, form.size)
     return Compressed(form, buffers, squared_error if error else None)
 
 

@@ -140,6 +140,42 @@ def test_an_adapter_on_moe_experts_is_refused_naming_target_parameters():
         adapter_of_peft_model(model)
 
 
+def test_a_slot_whose_layer_the_model_never_calls_is_refused_naming_it():
+    """A model that reads a targeted layer's weight instead of calling the layer would drop its adapter: the call
+    that leaves the slot unread is refused, naming the layer."""
+    from coreai_partitioner.adapters.config import Adapter, LowRank
+    from coreai_partitioner.lowering.lower import export_with_composites
+    from coreai_partitioner.text_decoder.slots import AdapterInputs, adapter_slots
+
+    class Model(torch.nn.Module):
+        def __init__(self, reads_weight: bool) -> None:
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(4, 8), torch.nn.Linear(8, 4)
+            self.reads_weight = reads_weight
+
+        def forward(self, x):
+            h = self.up(x)
+            return torch.nn.functional.linear(h, self.down.weight) if self.reads_weight else self.down(h)
+
+    pair = {"up": LowRank(2, 1.0, torch.ones(2, 4), torch.ones(8, 2)), "down": LowRank(2, 1.0, torch.ones(2, 8), torch.ones(4, 2))}
+    adapter = Adapter("a", pair, "test")
+    for reads_weight in (False, True):
+        model = Model(reads_weight)
+        with adapter_slots(model, [adapter], 2) as slots:
+            step = AdapterInputs(model, slots, ("x",))
+            inputs = slots.inputs(slots.pairs_of(adapter, torch.float32))
+            x = torch.ones(1, 4)
+            if not reads_weight:  # both slots read: W x + (x Aᵀ) Bᵀ at each, A and B all ones
+                hidden = model.up(x) + 8
+                torch.testing.assert_close(step(x, *inputs), model.down(hidden) + 2 * hidden.sum())
+                continue
+            with pytest.raises(AdapterError, match=r"never calls down as a layer .*\(2 input\(s\) unread\)"):
+                step(x, *inputs)
+            with pytest.raises(AdapterError, match=r"never calls down as a layer"):  # the export's trace, as it is
+                export_with_composites(step, (x, *inputs))
+        assert type(model.down) is torch.nn.Linear  # given back as it was
+
+
 def test_read_adapter_takes_peft_s_ranks_and_scales(adapter_dirs):
     base, _, second = adapter_dirs
     adapter = read_adapter("facts", second, base.config)
@@ -229,7 +265,7 @@ def test_the_device_form_in_fp16_takes_adapters_within_the_device_runtime_s_cont
 
     shapes = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8, target="device")
     model, adapter, files, programs = lowered_with_random_adapter("qwen3", tmp_path, torch.float16, shapes=shapes)
-    assert programs.dtype == torch.float16
+    assert programs.slots.dtype == torch.float16
     program = verify.PteWithData(files["default"], files["data"])
     (arguments,) = device_delegate_arguments(program, ["forward"]).values()
     # Each slot's pair crosses the delegate as fp16 (the contract: fp16/fp32 tensors only, checked above).
@@ -260,3 +296,28 @@ def test_an_int4_base_keeps_its_adapter_in_fp16_and_gives_the_quantized_model_wi
         verify.PteWithData(files["default"], files["data"]), reference, SHAPES, eager=eager, dtype=torch.float16, quantize="int4"
     )
     assert report.ok, str(report)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", [("--dtype", "fp16"), ("--quantize", "int8")], ids=["fp16", "int8"])
+def test_the_export_command_verifies_the_base_and_each_adapter_against_its_eager_model(precision, tmp_path):
+    """``export --adapter --verify``: the base's and the adapter's ``.pte`` over the one ``.ptd``, each judged against
+    the eager model it was lowered from (PEFT's at fp16; the quantized eager model with its pairs under int8)."""
+    import subprocess
+    import sys
+
+    import tokenizer_files
+    import transformers
+
+    checkpoint, _ = tokenizer_files.checkpoint(tmp_path / "checkpoint", None)
+    saved_adapter(tmp_path / "tone", transformers.AutoModelForCausalLM.from_pretrained(checkpoint), 1)
+    command = [
+        sys.executable, "-m", "coreai_partitioner", "export", "--checkpoint", str(checkpoint), "--no-tokenizer",
+        "--adapter", f"tone={tmp_path / 'tone'}", *precision, "--verify", "--out", str(tmp_path / "out" / "model.pte"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = done.stdout.split("\n[")[1:]
+    assert [report.split("]", 1)[0] for report in reports] == ["model", "tone"]
+    assert all("the .pte's are the eager model's" in report for report in reports), done.stdout[-3000:]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.ptd", "model.pte", "tone.pte"]

@@ -72,7 +72,7 @@ def test_first_layers_cuts_every_per_layer_list():
         text_generation.first_layers(text_generation.tiny_config("gemma3_text"), 9)
 
 
-def test_every_lowering_option_is_a_lower_decoder_keyword():
+def test_every_lowering_option_is_a_lower_with_adapters_keyword():
     import inspect
 
     from coreai_partitioner import CoreAIPartitioner
@@ -83,7 +83,7 @@ def test_every_lowering_option_is_a_lower_decoder_keyword():
     parser = export.build_parser(task)
     options = task.lowering_options(parser.parse_args(["--quantize", "int4", "--full-logits"]))
     assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none", "external_data": False}
-    keywords = set(inspect.signature(text_generation.lower_decoder).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
+    keywords = set(inspect.signature(text_generation.lower_with_adapters).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
     assert parser.get_default("quantize") is None and set(flags.definitions()["--quantize"]["choices"]) == set(SCHEMES)
 

@@ -7,7 +7,7 @@
    which modules it targets, each one's rank and scale (``r``, ``lora_alpha``,
    ``rank_pattern``, ``alpha_pattern``, ``use_rslora``), the shapes its
    safetensors must have.
-2. **Slots** (:mod:`.slots`): each targeted ``nn.Linear`` of the base model
+2. **Slots** (:mod:`coreai_partitioner.text_decoder.slots`, beside the decoder they change): each targeted ``nn.Linear`` of the base model
    becomes ``base(x) + (x Aᵀ) Bᵀ`` whose ``A`` and ``B`` are inputs of the
    exported program, their rank a dimension of its own.  The program is
    lowered once: the Core AI asset holds the base weights, never an adapter's.

@@ -82,11 +82,12 @@ class DecoderShapes:
         return self.device and self.device_shapes == "bounded"
 
     def methods(self) -> dict[str, int | None]:
-        """The device form's methods and their static ``T`` (``None``: bounded, 1 to the chunk).
+        """The methods of the ``.pte`` and their static ``T`` (``None``: ``T`` from 1 to the chunk).
 
-        Bounded: ``forward`` alone.  Static: ``forward`` 1 and ``prefill`` the chunk (when above 1).
+        The host form and the device form's bounded layout: ``forward`` alone.  The device form's static layout:
+        ``forward`` 1 and ``prefill`` the chunk (when above 1).
         """
-        if self.device_shapes == "bounded":
+        if not self.device or self.device_shapes == "bounded":
             return {"forward": None}
         methods: dict[str, int | None] = {"forward": 1}
         if self.prefill_chunk > 1:

@@ -1,7 +1,7 @@
 """One base decoder, many LoRA adapters: lowered once, a ``.pte`` per adapter over one shared ``.ptd``.
 
 :func:`~coreai_partitioner.text_generation.export.lower_with_adapters` puts an adapter slot on every linear layer any
-of the adapters targets (:mod:`coreai_partitioner.adapters.slots`), lowers
+of the adapters targets (:mod:`coreai_partitioner.text_decoder.slots`), lowers
 the decoder once with the slots' pairs as inputs and the weights in a data
 file (``external_data``); :func:`bind_adapters` then binds each adapter's
 pairs, and the base's zero pairs, as constants of a program of its own
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.adapters.config import Adapter, AdapterError
-from coreai_partitioner.adapters.slots import AdapterSlots
+from coreai_partitioner.text_decoder.slots import AdapterSlots
 
 logger = logging.getLogger(__name__)
 
@@ -35,25 +35,27 @@ _RUNNER_INPUTS = 2
 
 @dataclass
 class AdapterPrograms:
-    """The base program and one per adapter, all over one lowering's delegates; what :meth:`save` writes."""
+    """The base program and one per adapter (none: the base alone), all over one lowering's delegates; what
+    :meth:`save` writes."""
 
     base: Any
-    adapters: dict[str, Any]
+    adapters: dict[str, Any] = field(default_factory=dict)
     #: Placeholder names of the adapter pairs, per method: they stay in each ``.pte``.
-    kept: list[str]
-    slots: AdapterSlots
-    dtype: torch.dtype
+    kept: list[str] = field(default_factory=list)
+    slots: AdapterSlots | None = None
     sources: list[Adapter] = field(default_factory=list)
     files: dict[str, Path] = field(default_factory=dict)
 
     def pairs(self, name: str | None = None) -> list[torch.Tensor]:
         """The inputs the base (``None``) or adapter ``name`` binds, in slot order."""
+        if self.slots is None:
+            return []
         if name is None:
-            return self.slots.inputs(self.slots.zero_pairs(self.dtype))
+            return self.slots.inputs(self.slots.zero_pairs(self.slots.dtype))
         adapter = next((a for a in self.sources if a.name == name), None)
         if adapter is None:
             raise KeyError(f"no adapter {name!r}; the adapters: {', '.join(self.adapters) or 'none'}")
-        return self.slots.inputs(self.slots.pairs_of(adapter, self.dtype))
+        return self.slots.inputs(self.slots.pairs_of(adapter, self.slots.dtype))
 
     def program(self, name: str | None = None) -> Any:
         """The base's (``None``) or adapter ``name``'s ``EdgeProgramManager``."""
@@ -70,7 +72,8 @@ class AdapterPrograms:
         return to_executorch(self.program(name), kept=self.kept)
 
     def save(self, pte: str | Path) -> dict[str, Path]:
-        """``pte`` (the base), its ``.ptd`` beside it, and ``<name>.pte`` per adapter in the same directory.
+        """``pte`` (the base), its ``.ptd`` beside it, and ``<name>.pte`` per adapter in the same directory (the base
+        alone has a ``.ptd`` only if it was lowered with ``external_data``).
 
         Each adapter's program must have the base's data file, entry for
         entry (the same asset, the same constants); it is checked, not assumed.
@@ -83,7 +86,7 @@ class AdapterPrograms:
         base = self.to_executorch()
         shared = _data_sizes(_compat.tensor_data_files(base))
         written = write_program(base, pte)
-        files = {"model": written["pte"], "data": written["ptd"]}
+        files = {"model": written["pte"], **({"data": written["ptd"]} if "ptd" in written else {})}
         del base
         for name in self.adapters:
             program = self.to_executorch(name)
@@ -99,7 +102,7 @@ def _data_sizes(files: Mapping[str, Any]) -> dict[str, int]:
     return {name: len(data) for name, data in files.items()}
 
 
-def bind_adapters(edge: Any, slots: AdapterSlots, adapters: Sequence[Adapter], shapes: Any, dtype: torch.dtype) -> AdapterPrograms:
+def bind_adapters(edge: Any, slots: AdapterSlots, adapters: Sequence[Adapter], shapes: Any) -> AdapterPrograms:
     """``edge`` (lowered with ``slots``' pairs as inputs of ``forward`` after ``tokens`` and ``input_pos``) bound to
     the base's zero pairs and to each adapter's: the :class:`AdapterPrograms` over its delegates."""
     from coreai_partitioner.lowering.bind import bind_inputs
@@ -120,10 +123,10 @@ def bind_adapters(edge: Any, slots: AdapterSlots, adapters: Sequence[Adapter], s
             check_delegates(program, bounded=shapes.prefill_chunk if shapes.bounded else None)
         return program
 
-    base = bound(slots.zero_pairs(dtype))
-    programs = {adapter.name: bound(slots.pairs_of(adapter, dtype)) for adapter in adapters}
+    base = bound(slots.zero_pairs(slots.dtype))
+    programs = {adapter.name: bound(slots.pairs_of(adapter, slots.dtype)) for adapter in adapters}
     logger.info("lowered once for %d adapter(s) over %d slot(s), rank up to %d", len(adapters), len(slots.layers), slots.max_rank)
-    return AdapterPrograms(base, programs, kept, slots, dtype, list(adapters))
+    return AdapterPrograms(base, programs, kept, slots, list(adapters))
 
 
 def check_adapters(adapters: Sequence[Adapter], shapes: Any, max_rank: int | None) -> int:

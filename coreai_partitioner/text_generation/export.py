@@ -8,10 +8,18 @@ token), embedding, decoder and lm_head in one delegate, and the runner's
 metadata methods (:func:`~coreai_partitioner.text_decoder.shapes.runner_metadata`).
 :class:`~coreai_partitioner.text_decoder.shapes.DecoderShapes` picks dynamic ``T`` or
 enumerated ``T`` in {1, chunk}.
+
+The road is one way down, :func:`lower_with_adapters`: the adapters' slots,
+the decoder and the runner's limits (:mod:`coreai_partitioner.text_decoder`),
+its export, the lowering tail every task ends with
+(:func:`~coreai_partitioner.lowering.methods.lower_methods`), then each
+adapter's program bound (:mod:`.adapters`).  :func:`lower_decoder` is its
+base program (a ``PeftModel``'s adapter program, :func:`lower_peft_model`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,201 +31,24 @@ from torch import nn
 from coreai_partitioner import _compat
 from coreai_partitioner.text_decoder.adapter import adapt
 from coreai_partitioner.text_decoder.decoder import Decoder, state_buffers
+from coreai_partitioner.text_decoder.export import export_decoder
 from coreai_partitioner.text_decoder.shapes import DecoderShapes, runner_metadata
 
 
-def export_decoder(
-    model: nn.Module,
-    shapes: DecoderShapes,
-    *,
-    full_logits: bool = False,
-    quantize: Any = None,
-    keep_float: Sequence[str] = (),
-    decompositions: dict | None = None,
-    decoder: Decoder | None = None,
-    length: int | None = None,
-    layers_per_delegate: int | None = None,
-    slots: Any = None,
-    stack_traces: bool = True,
-):
-    """Externalize the composites of ``model``'s :class:`~.decoder.Decoder` and export it with ``T`` symbolic.
+def lower_decoder(model: nn.Module, shapes: DecoderShapes, **options: Any):
+    """Export and lower ``model`` (a transformers causal LM) to one ``forward`` method in one Core AI delegate, with
+    runner metadata: the ``EdgeProgramManager``, whose ``.to_executorch()`` gives the ``.pte``.
 
-    In the device form (``shapes.target``) it is the :class:`~.device.DeviceDecoder`
-    that is exported, its boundary annotations kept, a graph break every
-    ``layers_per_delegate`` layers.  ``length`` exports ``T = length`` static
-    (the device form's static layout); without it ``T`` runs from 1 to the chunk.
-
-    Returns ``(exported_program, records)`` as :func:`~coreai_partitioner.lowering.lower.export_with_composites`
-    does (``decompositions`` traces straight to decomposed ATen IR with that table).  ``quantize`` (a scheme of
-    :data:`coreai_partitioner.quantize.schemes.SCHEMES`) stores the weights outside the composites compressed
-    (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
-    (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
-    names.  Every shape is checked against the scheme before any work.  ``slots`` (an
-    :class:`~coreai_partitioner.adapters.slots.AdapterSlots` over ``model``'s layers) adds each slot's
-    ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.  ``stack_traces`` is
-    :func:`~coreai_partitioner.lowering.lower.export_with_composites`'s.
+    ``options`` are :func:`lower_with_adapters`' (the base's program of a
+    lowering with no adapters): ``full_logits``, ``quantize``, ``keep_float``,
+    ``quantized_reference``, ``decoder``, ``target``, ``graph_breaks`` and the
+    partitioner's.  A ``PeftModel`` is lowered with its active LoRA adapter
+    kept low rank beside the base layers: that adapter's program
+    (:func:`lower_peft_model`).
     """
-    from coreai_partitioner.lowering.lower import export_with_composites
-
-    decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
-    exported: nn.Module = decoder
-    if shapes.device:
-        from coreai_partitioner.text_decoder.device import DeviceDecoder
-
-        exported = DeviceDecoder(decoder, layers_per_delegate)
-    dynamic_shapes = None
-    if length is None:
-        length = min(2, shapes.prefill_chunk)
-        if shapes.prefill_chunk > 1:
-            tokens_dim = torch.export.Dim("T", min=1, max=shapes.prefill_chunk)
-            dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
-    sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
-    if slots is not None:
-        from coreai_partitioner.adapters.slots import AdapterInputs
-
-        exported = AdapterInputs(exported, slots, ("tokens", "input_pos"))
-        sample = (*sample, *slots.inputs(slots.zero_pairs(_dtype_of(decoder), rank=slots.sample_rank)))
-        dynamic_shapes = (*(dynamic_shapes or (None, None)), *slots.dynamic_shapes())
-
-    routers = []
-    if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
-        from coreai_partitioner.quantize.program_weights import is_kept
-        from coreai_partitioner.quantize import check_model
-        from coreai_partitioner.blocks import MoE
-
-        experts = {p: m for p, m in decoder.named_modules() if isinstance(m, MoE) and not is_kept(p, p, keep_float)}
-        check_model(decoder, quantize, keep_float=keep_float)
-        for path, module in experts.items():
-            if not module.forms:  # the device form exports the decoder once per method
-                module.quantize_experts(quantize, path)
-            routers.append(f"{path}.router")  # routing stays float: quantized logits would pick other experts
-    # The program names the decoder's weights from the exported module: the device form's wraps it.
-    prefix = next(f"{path}." if path else "" for path, module in exported.named_modules() if module is decoder)
-    program, records = export_with_composites(
-        exported, sample, dynamic_shapes=dynamic_shapes, quantize=quantize or None,
-        keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
-        annotations=shapes.device, stack_traces=stack_traces,
-    )
-    if slots is not None:
-        from coreai_partitioner.adapters.slots import check_slots_used
-
-        check_slots_used(program, slots, 2)
-    return program, records
-
-
-def _dtype_of(decoder: nn.Module) -> torch.dtype:
-    """The floating dtype the decoder computes in: its first floating parameter's."""
-    return next(p.dtype for p in decoder.parameters() if p.is_floating_point())
-
-
-def lower_decoder(
-    model: nn.Module,
-    shapes: DecoderShapes,
-    *,
-    full_logits: bool = False,
-    quantize: Any = None,
-    keep_float: Sequence[str] = (),
-    quantized_reference: list | None = None,
-    decoder: Decoder | None = None,
-    target: str | None = None,
-    graph_breaks: int | None = None,
-    slots: Any = None,
-    **partitioner_options: Any,
-):
-    """Export and lower ``model`` to one ``forward`` method in one Core AI delegate, with runner metadata.
-
-    ``forward`` returns the last position's logits (``[1, 1, vocab]``), or
-    every position's with ``full_logits``.  With ``shapes.mode ==
-    "enumerated"`` the delegate's asset has one statically shaped function per
-    ``T`` (1 and the chunk) over one copy of the weights.  ``quantize`` is
-    :func:`export_decoder`'s; a list passed as ``quantized_reference``
-    receives the quantized program's eager module (taken before lowering,
-    which takes over the program's constants), to check the ``.pte`` against; ``keep_float``
-    names layers left float (module paths of the decoder, e.g. ``lm_head``, ``layers.0.mlp.down``).
-    Lowers with :func:`~coreai_partitioner.lowering.methods.lower_methods`, the tail of every task
-    (the delegate takes the decoder whole); returns its ``EdgeProgramManager``,
-    whose ``.to_executorch()`` gives the ``.pte``.
-
-    ``target="device"`` (or ``shapes.target``) makes the form upstream's
-    on-device Core AI runtime runs (:mod:`.device`): ``forward`` with ``T``
-    bounded-dynamic from 1 to ``prefill_chunk`` (``shapes.device_shapes ==
-    "static"``: ``forward`` ``T = 1`` and ``prefill`` ``T = prefill_chunk`` over
-    one shared asset), caches owned by ExecuTorch, fp16/fp32 tensors only
-    across each delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
-    makes a delegate of every ``N`` layers, each a function of the one asset.
-
-    A ``PeftModel`` is lowered with its active LoRA adapter kept low rank
-    beside the base layers (:func:`lower_peft_model`).
-    ``slots`` (:func:`lower_with_adapters`'s) makes each adapter slot's
-    pair an input of ``forward``.  ``external_data=True`` (a partitioner option) keeps the weights out of the
-    ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
-    """
-    from coreai_partitioner.lowering.lower import reads_stack_traces
-    from coreai_partitioner.lowering.methods import lower_methods
-    from coreai_partitioner.lowering.whole_program import decomposition_table
-
     if _is_peft_model(model):
-        return lower_peft_model(
-            model, shapes, full_logits=full_logits, quantize=quantize, keep_float=keep_float,
-            quantized_reference=quantized_reference, target=target, graph_breaks=graph_breaks, **partitioner_options,
-        )
-    if target is not None and target != shapes.target:
-        shapes = dataclasses.replace(shapes, target=target)
-    decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
-    if shapes.device:
-        return _lower_device(
-            model, shapes, decoder, quantize, keep_float, quantized_reference, graph_breaks, slots, partitioner_options
-        )
-    if graph_breaks is not None:
-        raise ValueError("graph breaks are the device form's (target='device'); the host form is one delegate")
-    program, records = export_decoder(
-        model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(), decoder=decoder,
-        slots=slots, stack_traces=reads_stack_traces(partitioner_options),
-    )
-    if quantize and quantized_reference is not None:
-        quantized_reference.append(program.module())
-    return lower_methods(
-        [("forward", (program, records))], device=False, constant_methods=runner_metadata(model, shapes),
-        input_enumerations=shapes.input_enumerations(), **partitioner_options,
-    )
-
-
-def _lower_device(
-    model: nn.Module,
-    shapes: DecoderShapes,
-    decoder: Decoder,
-    quantize: Any,
-    keep_float: Sequence[str],
-    quantized_reference: list | None,
-    graph_breaks: int | None,
-    slots: Any,
-    partitioner_options: dict[str, Any],
-):
-    """:func:`lower_decoder`'s device form (:mod:`coreai_partitioner.text_decoder.device`): an export per method (one bounded ``forward``, or
-    static ``forward`` and ``prefill``), functions of one shared asset."""
-    from coreai_partitioner.text_decoder.device import check_device
-    from coreai_partitioner.lowering.lower import reads_stack_traces
-    from coreai_partitioner.lowering.methods import lower_methods
-    from coreai_partitioner.lowering.whole_program import decomposition_table
-
-    check_device(decoder, shapes.prefill_chunk, graph_breaks)
-
-    def exported():
-        for method, length in shapes.methods().items():
-            program, records = export_decoder(
-                model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
-                decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
-                stack_traces=reads_stack_traces(partitioner_options),
-            )
-            if quantize and quantized_reference is not None and method == "forward":
-                quantized_reference.append(program.module())
-            yield method, (program, records)
-
-    # With adapter slots, the ranks are symbolic until each adapter is bound; the bound programs are checked.
-    return lower_methods(
-        exported(), device=True, constant_methods=runner_metadata(model, shapes),
-        bounded=shapes.prefill_chunk if shapes.bounded else None, check=slots is None, **partitioner_options,
-    )
+        return lower_peft_model(model, shapes, **options)
+    return lower_with_adapters(model, shapes, (), **options).base
 
 
 def _is_peft_model(model: Any) -> bool:
@@ -228,43 +59,102 @@ def _is_peft_model(model: Any) -> bool:
 def lower_with_adapters(
     model: nn.Module,
     shapes: DecoderShapes,
-    adapters: Sequence[Any],
+    adapters: Sequence[Any] = (),
     *,
     max_rank: int | None = None,
-    **options: Any,
+    full_logits: bool = False,
+    quantize: Any = None,
+    keep_float: Sequence[str] = (),
+    quantized_reference: list | None = None,
+    decoder: Decoder | None = None,
+    target: str | None = None,
+    graph_breaks: int | None = None,
+    **partitioner_options: Any,
 ):
-    """``model`` (a transformers causal LM) lowered once with a slot for every layer ``adapters`` target; the
-    base program and one program per adapter (:class:`~coreai_partitioner.text_generation.adapters.AdapterPrograms`;
-    its ``save`` writes ``model.pte``, ``model.ptd`` and ``NAME.pte``).
+    """``model`` (a transformers causal LM) exported and lowered once, with a slot for every layer ``adapters``
+    target: the :class:`~coreai_partitioner.text_generation.adapters.AdapterPrograms`, the base program and one
+    program per adapter, whose ``save`` writes ``model.pte``, ``model.ptd`` and ``NAME.pte``.
 
-    ``options`` are :func:`lower_decoder`'s (``quantize`` compresses the base
-    weights; the pairs stay in the model's floating dtype).  ``max_rank``
-    (default: the largest rank of ``adapters``) bounds the rank a slot
-    takes.  The weights go to the data file whatever ``external_data`` says:
-    that is what lets the programs share them.
+    ``forward(tokens [1, T], input_pos [T])`` returns the last position's
+    logits (``[1, 1, vocab]``), or every position's with ``full_logits``;
+    embedding, decoder and lm_head are one Core AI delegate, with the runner's
+    metadata methods (:func:`~coreai_partitioner.text_decoder.shapes.runner_metadata`).
+    With ``shapes.mode == "enumerated"`` the delegate's asset has one
+    statically shaped function per ``T`` (1 and the chunk) over one copy of
+    the weights.  ``quantize`` is :func:`~coreai_partitioner.text_decoder.export.export_decoder`'s;
+    a list passed as ``quantized_reference`` receives the quantized program's
+    eager module (taken before lowering, which takes over the program's
+    constants), to check the ``.pte`` against; ``keep_float`` names layers
+    left float (module paths of the decoder, e.g. ``lm_head``,
+    ``layers.0.mlp.down``).  Lowers with
+    :func:`~coreai_partitioner.lowering.methods.lower_methods`, the tail of
+    every task (the delegate takes the decoder whole).
+
+    ``target="device"`` (or ``shapes.target``) makes the form upstream's
+    on-device Core AI runtime runs (:mod:`coreai_partitioner.text_decoder.device`): ``forward`` with ``T``
+    bounded-dynamic from 1 to ``prefill_chunk`` (``shapes.device_shapes ==
+    "static"``: ``forward`` ``T = 1`` and ``prefill`` ``T = prefill_chunk`` over
+    one shared asset), caches owned by ExecuTorch, fp16/fp32 tensors only
+    across each delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
+    makes a delegate of every ``N`` layers, each a function of the one asset.
+
+    ``adapters`` (LoRA adapters read by
+    :func:`~coreai_partitioner.adapters.config.read_adapter`) each get a slot
+    on every linear layer they target (:mod:`coreai_partitioner.text_decoder.slots`),
+    each slot's pair an input of ``forward``, its rank from 1 to ``max_rank``
+    (default: the adapters' largest), the pairs in the model's floating
+    dtype; the weights go to the data file whatever ``external_data`` says,
+    which is what lets the programs share them.  Without adapters the base
+    is the program, and ``external_data=True`` (a partitioner option) keeps
+    its weights out of the ``.pte`` (:mod:`coreai_partitioner.lowering.external_data`).
     """
-    from coreai_partitioner.adapters.slots import adapter_slots
-    from coreai_partitioner.text_generation.adapters import bind_adapters, check_adapters
+    from coreai_partitioner.lowering.lower import reads_stack_traces
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.text_decoder.device import check_device
+    from coreai_partitioner.text_decoder.slots import adapter_slots
+    from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
 
-    target = options.pop("target", None)
     if target is not None and target != shapes.target:
         shapes = dataclasses.replace(shapes, target=target)
-    max_rank = check_adapters(adapters, shapes, max_rank)
-    targeted = {path for adapter in adapters for path in adapter.layers}
-    paths = [path for path, _ in model.named_modules() if path in targeted]
-    dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
-    with adapter_slots(model, paths, max_rank) as slots:
-        for adapter in adapters:
-            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
-        edge = lower_decoder(model, shapes, slots=slots, **{**options, "external_data": True})
-    return bind_adapters(edge, slots, adapters, shapes, dtype)
+    if graph_breaks is not None and not shapes.device:
+        raise ValueError("graph breaks are the device form's (target='device'); the host form is one delegate")
+    if adapters:
+        max_rank = check_adapters(adapters, shapes, max_rank)
+        partitioner_options = {**partitioner_options, "external_data": True}
+    stack_traces = reads_stack_traces(partitioner_options)
+    with adapter_slots(model, adapters, max_rank) if adapters else contextlib.nullcontext() as slots:
+        decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
+        if shapes.device:
+            check_device(decoder, shapes.prefill_chunk, graph_breaks)
+        metadata = runner_metadata(model, shapes)
+
+        def exported():
+            for method, length in shapes.methods().items():  # the device form's static layout exports two
+                program, records = export_decoder(
+                    model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
+                    decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
+                    stack_traces=stack_traces,
+                )
+                if quantize and quantized_reference is not None and method == "forward":
+                    quantized_reference.append(program.module())
+                yield method, (program, records)
+
+        # With adapter slots, the ranks are symbolic until each adapter is bound: bind_adapters checks the device
+        # form's bound programs.
+        edge = lower_methods(
+            exported(), device=shapes.device, constant_methods=metadata,
+            bounded=shapes.prefill_chunk if shapes.bounded else None, check=not adapters,
+            input_enumerations=shapes.input_enumerations(), **partitioner_options,
+        )
+    return bind_adapters(edge, slots, adapters, shapes) if adapters else AdapterPrograms(edge)
 
 
 def lower_peft_model(model: nn.Module, shapes: DecoderShapes, **options: Any):
     """A ``PeftModel``'s active LoRA adapter lowered low rank over its base: the adapter's ``EdgeProgramManager``.
 
     PEFT's layers are left as they are; the base model's linear layers take
-    the adapter's pairs as constants (:func:`lower_with_adapters`).
+    the adapter's pairs as constants (:func:`lower_with_adapters`, whose ``options`` these are).
     """
     from coreai_partitioner.adapters.config import AdapterError, adapter_of_peft_model
 
@@ -272,7 +162,8 @@ def lower_peft_model(model: nn.Module, shapes: DecoderShapes, **options: Any):
         raise AdapterError(f"PeftModel of peft_type {model.peft_type}: only LoRA adapters are lowered")
     if options.pop("quantized_reference", None) is not None:
         raise AdapterError(
-            "quantized_reference is not taken with a PeftModel: lower_with_adapters(..., quantized_reference=) takes it"
+            "quantized_reference is not taken with a PeftModel: lower_with_adapters(base, shapes, [adapter], "
+            "quantized_reference=) takes it"
         )
     adapter = adapter_of_peft_model(model)
     return lower_with_adapters(model.get_base_model(), shapes, [adapter], **options).program(adapter.name)

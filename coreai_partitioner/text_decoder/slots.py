@@ -1,12 +1,15 @@
 """Adapter slots: a model's targeted linear layers computing ``W x + (x Aᵀ) Bᵀ`` with ``A`` and ``B`` as program inputs.
 
-:func:`adapter_slots` replaces each targeted ``nn.Linear`` of the base model
-(or PEFT's LoRA layer around it) by a :class:`LowRankLinear` over the same
-weight and bias, for as long as the ``with`` block lasts; the model is given
-back as it was.  :class:`AdapterInputs` is the module exported: the model's
-own call with two inputs more per slot, ``A [r, in]`` and ``B [out, r]``,
-each rank a dimension of the program (1 to :attr:`AdapterSlots.max_rank`),
-so one lowering serves every adapter and the base (a zero pair of rank 1).
+:func:`adapter_slots` replaces each ``nn.Linear`` of the base model (or
+PEFT's LoRA layer around it) that LoRA adapters target by a
+:class:`LowRankLinear` over the same weight and bias, for as long as the
+``with`` block lasts; the model is given back as it was.
+:class:`AdapterInputs` is the module exported: the model's own call with two
+inputs more per slot, ``A [r, in]`` and ``B [out, r]``, each rank a dimension
+of the program (1 to :attr:`AdapterSlots.max_rank`), so one lowering serves
+every adapter and the base (a zero pair of rank 1).  A call that leaves a
+slot uncalled (a family reading the layer's weight) is refused, naming the
+layer: its adapter would be dropped.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ class LowRankLinear(nn.Linear):
         self.weight, self.bias = base.weight, base.bias  # the same parameters: the base's names, stored once
         self.path = path
         self.pair: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
         y = super().forward(x)
         if self.pair is None:
             return y
@@ -43,10 +48,12 @@ class LowRankLinear(nn.Linear):
 
 @dataclass
 class AdapterSlots:
-    """The slots of one model: its :class:`LowRankLinear` layers by module path, and the largest rank they take."""
+    """The slots of one model: its :class:`LowRankLinear` layers by module path, the largest rank they take, and
+    the model's floating dtype (the pairs')."""
 
     layers: dict[str, LowRankLinear]
     max_rank: int
+    dtype: torch.dtype = torch.float32
 
     def inputs(self, pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
         """The program's adapter inputs in slot order: ``A``, ``B`` of each layer from ``pairs``."""
@@ -116,21 +123,33 @@ class AdapterInputs(nn.Module):
         args, adapter = inputs[: self.arguments], inputs[self.arguments :]
         layers = list(self.slots.layers.values())
         for index, layer in enumerate(layers):
-            layer.pair = (adapter[2 * index], adapter[2 * index + 1])
+            layer.pair, layer.calls = (adapter[2 * index], adapter[2 * index + 1]), 0
         try:
-            return self.decoder(*args)
+            result = self.decoder(*args)
         finally:
             for layer in layers:
                 layer.pair = None
+        unread = [layer.path for layer in layers if not layer.calls]
+        if unread:
+            raise AdapterError(
+                f"the decoder never calls {unread[0]} as a layer (it reads its weight), so an adapter on it would be "
+                f"dropped ({2 * len(unread)} input(s) unread); leave that module out of target_modules"
+            )
+        return result
 
 
 @contextlib.contextmanager
-def adapter_slots(model: nn.Module, paths: Sequence[str], max_rank: int) -> Iterator[AdapterSlots]:
-    """Slots at ``paths`` (module paths of ``model``) while the block runs; ``model`` is given back as it was.
+def adapter_slots(model: nn.Module, adapters: Sequence[Adapter], max_rank: int) -> Iterator[AdapterSlots]:
+    """Slots on every layer of ``model`` one of ``adapters`` targets while the block runs; ``model`` is given back
+    as it was.
 
-    A path may name an ``nn.Linear`` or PEFT's LoRA layer around one (its
-    base layer takes the slot; PEFT's own pair is not used).
+    A targeted path may name an ``nn.Linear`` or PEFT's LoRA layer around one
+    (its base layer takes the slot; PEFT's own pair is not used).  Every
+    adapter's layers are checked to have a slot before the block runs.
     """
+    targeted = {path for adapter in adapters for path in adapter.layers}
+    paths = [path for path, _ in model.named_modules() if path in targeted]
+    dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
     originals: list[tuple[nn.Module, str, nn.Module]] = []
     layers: dict[str, LowRankLinear] = {}
     try:
@@ -144,23 +163,10 @@ def adapter_slots(model: nn.Module, paths: Sequence[str], max_rank: int) -> Iter
             layers[path] = LowRankLinear(base, path)
             originals.append((parent, child, module))
             setattr(parent, child, layers[path])
-        yield AdapterSlots(layers, max_rank)
+        slots = AdapterSlots(layers, max_rank, dtype)
+        for adapter in adapters:
+            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
+        yield slots
     finally:
         for parent, child, module in reversed(originals):
             setattr(parent, child, module)
-
-
-def check_slots_used(program: Any, slots: AdapterSlots, arguments: int) -> None:
-    """Raise unless every adapter input of ``program`` (exported from :class:`AdapterInputs`) is read.
-
-    A family whose code reads a layer's weight instead of calling it would
-    drop that layer's adapter silently; this names the layer instead.
-    """
-    user_inputs = [node for node in program.graph.nodes if node.op == "placeholder"
-                   and node.name in set(program.graph_signature.user_inputs)]
-    unread = [name for node, name in zip(user_inputs[arguments:], slots.input_names()) if not node.users]
-    if unread:
-        raise AdapterError(
-            f"the decoder never calls {unread[0].rsplit('.', 1)[0]} as a layer (it reads its weight), so an adapter "
-            f"on it would be dropped ({len(unread)} input(s) unread); leave that module out of target_modules"
-        )

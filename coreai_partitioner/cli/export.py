@@ -12,7 +12,8 @@ the task whose tiny models have that name.  This module is what every task
 shares: the common flags (defined in :mod:`.flags`, one name each), the plan
 settled before any weights are loaded, loading, the export road (load,
 lower, write a staging directory beside ``OUT``, time each phase, print the
-sizes), the ``--verify`` gate, and the files written beside the ``.pte``.  A task is a
+sizes), the ``--verify`` gate (the task's eager outputs of what it lowered,
+then its check of the ``.pte``), and the files written beside the ``.pte``.  A task is a
 module of :mod:`.tasks` that supplies only what is its own
 (:class:`~.task.Task`).  ``export-llm``, ``coreai-export-llm`` and
 ``examples/export_llm.py`` are the ``text-generation`` task
@@ -282,7 +283,12 @@ def export(task: Task, plan: Plan, staging: Path) -> None:
         with phases("load"):
             if model is None:
                 model = load_model(task, plan, plan.load_dtype)
-        lowered, eager = task.lower(plan, model, verified, phases)
+        lowered, lowered_from = task.lower(plan, model, phases)
+        eager = None
+        if verified is not None and lowered_from is not None:
+            with phases("eager reference"):
+                eager = task.eager(plan, lowered, lowered_from, verified)
+        del lowered_from
         with phases("write"):
             files = write_lowered(lowered, staging / args.out.name)
             del lowered

@@ -65,9 +65,14 @@ class Task(Protocol):
     def reference(self, plan: Plan, model: torch.nn.Module) -> Any:
         """``--verify``'s reference: the fp32 model's outputs."""
 
-    def lower(self, plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-        """The lowered program (an ``EdgeProgramManager``) and, under ``--verify``, the outputs of the eager model it
-        was lowered from (``None``: the reference's)."""
+    def lower(self, plan: Plan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+        """The lowered program (an ``EdgeProgramManager``, or programs with a ``save``) and, under ``--verify``, the
+        eager model it was lowered from where that is not the fp32 reference's (the model at ``--dtype``, the
+        quantized eager methods), else ``None``."""
+
+    def eager(self, plan: Plan, lowered: Any, lowered_from: Any, verified: Any) -> Any:
+        """``--verify``'s outputs of ``lowered_from`` (:meth:`lower`'s second) where the ``.pte``'s are read: what
+        :meth:`check` judges the ``.pte`` against."""
 
     def describe(self, plan: Plan, model: torch.nn.Module, pte: Any) -> None:
         """Print what the written ``.pte`` holds (``pte`` is :func:`~coreai_partitioner.backends.apple_coreai.runtime.pte.read_pte`'s)."""
@@ -176,16 +181,18 @@ def describe_tokenizer(plan: Plan) -> str:
     return "one character per token (tiny config)" if not plan.args.checkpoint else "none"
 
 
-def eager_at_dtype(plan: Plan, verified: Any, forward: Any, phases: Phases) -> Any:
-    """Under ``--verify`` at a dtype other than fp32, ``forward`` (the model at it) on the reference's inputs: what a
-    ``.pte`` called once must compute (:mod:`coreai_partitioner.verify.forward`); ``None`` otherwise (the fp32
-    reference is its eager model's)."""
-    if verified is None or plan.dtype == torch.float32:
-        return None
+def at_dtype(plan: Plan, forward: Any) -> Any:
+    """``forward`` (the model at ``--dtype``) where ``--verify`` judges the ``.pte`` against it; ``None`` at fp32
+    (the reference is its own)."""
+    return forward if plan.args.verify and plan.dtype != torch.float32 else None
+
+
+def forward_outputs(plan: Plan, lowered: Any, forward: Any, verified: Any) -> Any:
+    """A task's ``eager`` for a ``.pte`` called once: ``forward`` on the reference's inputs
+    (:mod:`coreai_partitioner.verify.forward`)."""
     from coreai_partitioner.verify.forward import outputs
 
-    with phases(f"reference ({plan.args.dtype})"):
-        return outputs(forward, verified.inputs, plan.dtype)
+    return outputs(forward, verified.inputs, plan.dtype)
 
 def copy_beside(source: Path, directory: Path) -> Path:
     """``source`` copied into ``directory`` (nothing to do when it is there already); the copy's path."""

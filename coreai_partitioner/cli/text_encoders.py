@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, at_dtype, copy_beside, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import forward_outputs as eager  # noqa: F401 - its eager outputs: the model's at --dtype
 
 
 #: The shared flags both take: the input's bounds (no defaults of their own: a checkpoint's bound, a batch of 1).
@@ -128,17 +129,16 @@ def reference(plan: TextEncoderPlan, model: torch.nn.Module) -> Any:
     return forward.reference(model, eager_forward(plan, model), sample(model.config, plan.max_seq_len))
 
 
-def lower(plan: TextEncoderPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """``forward`` lowered; under ``--verify`` the outputs of the model at ``--dtype`` (``None`` at fp32)."""
+def lower(plan: TextEncoderPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """``forward`` lowered; under ``--verify`` the model computing the task at ``--dtype`` (``None`` at fp32)."""
     from coreai_partitioner.text_encoder import lower_text_encoder
 
-    eager = eager_at_dtype(plan, verified, eager_forward(plan, model), phases)
     with phases("export and lower"):
         lowered = lower_text_encoder(
             model, plan.task, sentence=plan.sentence, max_seq_len=plan.max_seq_len, max_batch=plan.args.max_batch,
             **partitioner_options(plan.args),
         )
-    return lowered, eager
+    return lowered, at_dtype(plan, eager_forward(plan, model))
 
 
 def describe(plan: TextEncoderPlan, model: torch.nn.Module, pte: Any) -> None:

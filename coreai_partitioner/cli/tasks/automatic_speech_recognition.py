@@ -192,21 +192,24 @@ def reference(plan: SpeechPlan, model: torch.nn.Module) -> Any:
     return reference(model, verify_features(plan), language=args.language, task=args.speech_task, max_new_tokens=VERIFY_TOKENS)
 
 
-def lower(plan: SpeechPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The encoder and text_decoder lowered at their dtypes; under ``--verify`` Hugging Face's outputs at them (``None``
-    at fp32: the reference's)."""
+def lower(plan: SpeechPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """The encoder and text_decoder lowered at their dtypes; under ``--verify`` Hugging Face's model at them, the
+    ``.pte``'s judge (``None`` at fp32: the reference's)."""
     from coreai_partitioner.speech_recognition import adapt, at_precision, lower_speech
 
-    eager = None
-    if not plan.dtype == plan.encoder_dtype == torch.float32:
+    cast = not plan.dtype == plan.encoder_dtype == torch.float32
+    if cast:
         with phases("cast"):
             model = at_precision(model, plan.dtype, encoder_dtype=plan.encoder_dtype)
-        if verified is not None:
-            with phases(f"reference ({plan.precision})"):  # the eager model the .pte is lowered from is its judge
-                eager = reference(plan, model)
     speech = adapt(model, plan.args.max_context_len)
     lowered = lower_speech(model, target=plan.args.target, speech=speech, phases=phases.seconds, **partitioner_options(plan.args))
-    return lowered, eager
+    return lowered, (model if cast and plan.args.verify else None)
+
+
+def eager(plan: SpeechPlan, lowered: Any, lowered_from: torch.nn.Module, verified: Any) -> Any:
+    """Hugging Face's outputs at the program's dtypes: the reference's steps on the model the ``.pte`` is lowered
+    from."""
+    return reference(plan, lowered_from)
 
 
 def describe(plan: SpeechPlan, model: torch.nn.Module, pte: Any) -> None:

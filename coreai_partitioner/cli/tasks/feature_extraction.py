@@ -34,7 +34,7 @@ from coreai_partitioner.cli.detect import Detection
 from coreai_partitioner.cli.task import copy_beside
 from coreai_partitioner.cli.text_encoders import TextEncoderPlan, bare_encoder, settle_text, write_tokenizer
 from coreai_partitioner.cli.text_encoders import DEFAULTS, FLAGS, add_flags, tiny_config  # noqa: F401 - the text encoder tasks'
-from coreai_partitioner.cli.text_encoders import after, check, describe, dry_run, lower, reference  # noqa: F401 - their steps
+from coreai_partitioner.cli.text_encoders import after, check, describe, dry_run, eager, lower, reference  # noqa: F401 - their steps
 
 NAME = "feature-extraction"
 DETECT = Detection(

@@ -29,7 +29,7 @@ from typing import Any
 from coreai_partitioner.cli.detect import Detection, Head
 from coreai_partitioner.cli.text_encoders import TextEncoderPlan, settle_text
 from coreai_partitioner.cli.text_encoders import DEFAULTS, FLAGS, add_flags, tiny_config  # noqa: F401 - the text encoder tasks'
-from coreai_partitioner.cli.text_encoders import after, check, describe, dry_run, lower, reference  # noqa: F401 - their steps
+from coreai_partitioner.cli.text_encoders import after, check, describe, dry_run, eager, lower, reference  # noqa: F401 - their steps
 from coreai_partitioner.cli.text_encoders import write_tokenizer as companions  # noqa: F401 - its companions: the tokenizer
 
 NAME = "fill-mask"

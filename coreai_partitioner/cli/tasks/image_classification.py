@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, eager_at_dtype, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, at_dtype, copy_beside, host_form_only, partitioner_options
+from coreai_partitioner.cli.task import forward_outputs as eager  # noqa: F401 - its eager outputs: the model's at --dtype
 
 NAME = "image-classification"
 DETECT = Detection(
@@ -120,14 +121,13 @@ def reference(plan: Plan, model: torch.nn.Module) -> Any:
     return forward.reference(model, forward_of(model), (pixels,))
 
 
-def lower(plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """``forward`` lowered; under ``--verify`` the logits of the model at ``--dtype`` (``None`` at fp32)."""
+def lower(plan: Plan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """``forward`` lowered; under ``--verify`` the model's logits at ``--dtype`` (``None`` at fp32)."""
     from coreai_partitioner.image_classification import lower_image_classifier
 
-    eager = eager_at_dtype(plan, verified, forward_of(model), phases)
     with phases("export and lower"):
         lowered = lower_image_classifier(model, **partitioner_options(plan.args))
-    return lowered, eager
+    return lowered, at_dtype(plan, forward_of(model))
 
 
 def describe(plan: Plan, model: torch.nn.Module, pte: Any) -> None:

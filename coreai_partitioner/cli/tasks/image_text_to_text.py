@@ -247,11 +247,10 @@ def reference(plan: VisionPlan, model: torch.nn.Module) -> Any:
     return reference(model, prompt_inputs(plan, plan.args.prompt), plan.config.image_token_id, tokens)
 
 
-def lower(plan: VisionPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The three methods lowered; under ``--verify`` the outputs of the eager model they were lowered from, fed as the
-    runner feeds it (the quantized eager methods under --quantize, the model at --dtype otherwise; ``None`` at fp32)."""
+def lower(plan: VisionPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """The three methods lowered; under ``--verify`` the eager methods they were lowered from (the quantized eager
+    methods under --quantize, the model's at --dtype otherwise; ``None`` at fp32)."""
     from coreai_partitioner.image_text_to_text import adapt, lower_vlm
-    from coreai_partitioner.image_text_to_text.check import program_outputs
     from coreai_partitioner.image_text_to_text.run import Methods
 
     with phases("adapt"):
@@ -262,10 +261,16 @@ def lower(plan: VisionPlan, model: torch.nn.Module, verified: Any, phases: Phase
             model, plan.shapes, vlm=vlm, quantize=plan.args.quantize, quantized_reference=quantized,
             **partitioner_options(plan.args),
         )
-    if verified is None or (not quantized and plan.dtype == torch.float32):
+    if not plan.args.verify or (not quantized and plan.dtype == torch.float32):
         return lowered, None
-    with phases("eager reference"):
-        return lowered, program_outputs(Methods.of(quantized or vlm), verified)
+    return lowered, Methods.of(quantized or vlm)
+
+
+def eager(plan: VisionPlan, lowered: Any, lowered_from: Any, verified: Any) -> Any:
+    """The eager methods' outputs, fed as the runner feeds the ``.pte``."""
+    from coreai_partitioner.image_text_to_text.check import program_outputs
+
+    return program_outputs(lowered_from, verified)
 
 
 def describe(plan: VisionPlan, model: torch.nn.Module, pte: Any) -> None:

@@ -161,24 +161,25 @@ def reference(plan: Text2TextPlan, model: torch.nn.Module) -> Any:
     return reference(model, input_ids(plan), max_new_tokens=VERIFY_TOKENS)
 
 
-def lower(plan: Text2TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """Both methods lowered at ``--dtype``; under ``--verify`` and fp16, Hugging Face's outputs at it (``None`` at
-    fp32: the reference's).  At fp16 the whole model is fp16, the MLP's output projection too (Hugging Face keeps it
-    fp32 when it loads a checkpoint in fp16)."""
+def lower(plan: Text2TextPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """Both methods lowered at ``--dtype``; under ``--verify`` and fp16, Hugging Face's model at it, the ``.pte``'s
+    judge (``None`` at fp32: the reference's).  At fp16 the whole model is fp16, the MLP's output projection too
+    (Hugging Face keeps it fp32 when it loads a checkpoint in fp16)."""
     from coreai_partitioner.text2text import adapt, lower_text2text
 
-    eager = None
     if plan.dtype != torch.float32:
         with phases("cast"):
             model = model.to(plan.dtype)
-        if verified is not None:
-            with phases(f"reference ({plan.args.dtype})"):  # the eager model the .pte is lowered from is its judge
-                eager = reference(plan, model)
     text2text = adapt(model, plan.max_decode_len, plan.max_input_len)
     lowered = lower_text2text(
         model, target=plan.args.target, text2text=text2text, phases=phases.seconds, **partitioner_options(plan.args)
     )
-    return lowered, eager
+    return lowered, (model if plan.args.verify and plan.dtype != torch.float32 else None)
+
+
+def eager(plan: Text2TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified: Any) -> Any:
+    """Hugging Face's outputs at ``--dtype``: the reference's steps on the model the ``.pte`` is lowered from."""
+    return reference(plan, lowered_from)
 
 
 def describe(plan: Text2TextPlan, model: torch.nn.Module, pte: Any) -> None:

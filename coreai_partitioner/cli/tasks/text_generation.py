@@ -53,7 +53,7 @@ RUNNER = "ExecuTorch's LLM runner"
 FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "--no-tokenizer", "--generate", "--new-tokens")
 DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
-#: ``text_generation.lower_decoder`` keywords, by the flag whose ``dest`` each is.
+#: ``text_generation.lower_with_adapters`` keywords, by the flag whose ``dest`` each is.
 LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
 #: Under --quantize the weights it stores are read from the checkpoint as they are compressed (under --verify where the
 #: fp32 model would not fit: cli/export.py's layer_by_layer).
@@ -101,7 +101,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def lowering_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``text_generation.lower_decoder`` keywords from the command line (:data:`LOWERING_OPTIONS`, and every task's partitioner
+    """``text_generation.lower_with_adapters`` keywords from the command line (:data:`LOWERING_OPTIONS`, and every task's partitioner
     options)."""
     own = {name: getattr(args, name) for name in (flag.lstrip("-").replace("-", "_") for flag in LOWERING_OPTIONS)}
     return {**own, **partitioner_options(args)}
@@ -208,22 +208,24 @@ def dry_run(plan: TextPlan) -> None:
 # ---------------------------------------------------------------- export
 
 
-def reference(plan: TextPlan, model: torch.nn.Module) -> Any:
-    """The fp32 model's reference; with adapters, the base's and each adapter's (PEFT's, unmerged), by program."""
+def reference(plan: TextPlan, model: torch.nn.Module) -> dict[str | None, Any]:
+    """The fp32 model's reference, by program: the base's (``None``) and each adapter's (PEFT's model, unmerged)."""
     from coreai_partitioner.text_generation.check import reference
 
-    if not plan.adapters:
-        return reference(model, plan.shapes, full_logits=plan.args.full_logits)
-    references = {None: reference(model, plan.shapes, full_logits=plan.args.full_logits)}
-    for name, directory in plan.adapter_dirs.items():
-        with peft_over(model, directory) as peft_model:
-            references[name] = reference(peft_model, plan.shapes, full_logits=plan.args.full_logits)
+    references = {}
+    for name in (None, *plan.adapter_dirs):
+        with peft_over(model, plan.adapter_dirs.get(name)) as eager_model:
+            references[name] = reference(eager_model, plan.shapes, full_logits=plan.args.full_logits)
     return references
 
 
 @contextmanager
-def peft_over(model: torch.nn.Module, directory: Path) -> Iterator[torch.nn.Module]:
-    """``model`` with the adapter in ``directory`` active, unmerged (PEFT's own model); ``model`` as it was after."""
+def peft_over(model: torch.nn.Module, directory: Path | None) -> Iterator[torch.nn.Module]:
+    """``model`` with the adapter in ``directory`` active, unmerged (PEFT's own model); ``model`` as it was after.
+    No directory: ``model`` itself."""
+    if directory is None:
+        yield model
+        return
     from peft import PeftModel
 
     peft_model = PeftModel.from_pretrained(model, directory).eval()
@@ -233,46 +235,34 @@ def peft_over(model: torch.nn.Module, directory: Path) -> Iterator[torch.nn.Modu
         peft_model.unload()
 
 
-def lower(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The decoder lowered; under ``--verify`` the logits of the eager model it was lowered from (the model at its
-    dtype, or the quantized eager model), ``None`` at fp32."""
-    from coreai_partitioner.text_generation import lower_decoder
-    from coreai_partitioner.text_generation.check import eager_logits
-
-    if plan.adapters:
-        return lower_adapters(plan, model, verified, phases)
-    eager = None
-    with phases("export and lower"):
-        if verified is not None and plan.dtype != torch.float32 and not plan.args.quantize:
-            eager = eager_logits(model, verified, plan.shapes)  # the model at its dtype: what the .pte must compute
-        held: list | None = [] if verified is not None and plan.args.quantize else None
-        lowered = lower_decoder(model, plan.shapes, quantized_reference=held, **lowering_options(plan.args))
-        if held:  # the quantized eager model; its weights expanded once unless they would not fit expanded
-            eager = eager_logits(held.pop(), verified, plan.shapes, expanded=not plan.layer_by_layer)
-    return lowered, eager
-
-
-def lower_adapters(plan: TextPlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The base and every adapter lowered once (:func:`~coreai_partitioner.text_generation.export.lower_with_adapters`);
-    under ``--verify`` each program's eager logits where the fp32 reference is not its eager model's."""
-    from coreai_partitioner.text_generation.adapters import WithPairs
+def lower(plan: TextPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """The decoder lowered, once for the base and every ``--adapter``; under ``--verify`` the eager model the programs
+    were lowered from: the quantized eager model, or the model at its dtype (``None`` at fp32)."""
     from coreai_partitioner.text_generation.export import lower_with_adapters
+
+    held: list | None = [] if plan.args.verify and plan.args.quantize else None
+    with phases("export and lower"):
+        lowered = lower_with_adapters(model, plan.shapes, plan.adapters, quantized_reference=held, **lowering_options(plan.args))
+    if held:
+        return lowered, held.pop()
+    return lowered, (model if plan.args.verify and plan.dtype != torch.float32 else None)
+
+
+def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified: dict) -> dict:
+    """Each program's eager logits: the quantized eager model with the program's pairs, its weights expanded once
+    unless they would not fit expanded; or the model at its dtype, with the adapter active (PEFT's, unmerged)."""
+    from coreai_partitioner.text_generation.adapters import WithPairs
     from coreai_partitioner.text_generation.check import eager_logits
 
-    eager: dict = {}
-    with phases("export and lower"):
-        if verified is not None and plan.dtype != torch.float32 and not plan.args.quantize:
-            eager[None] = eager_logits(model, verified[None], plan.shapes)
-            for name, directory in plan.adapter_dirs.items():
-                with peft_over(model, directory) as peft_model:
-                    eager[name] = eager_logits(peft_model, verified[name], plan.shapes)
-        held: list | None = [] if verified is not None and plan.args.quantize else None
-        programs = lower_with_adapters(model, plan.shapes, plan.adapters, quantized_reference=held, **lowering_options(plan.args))
-        if held:
-            quantized = held.pop()
-            for name in (None, *plan.adapter_dirs):
-                eager[name] = eager_logits(WithPairs(quantized, programs.pairs(name)), verified[name], plan.shapes)
-    return programs, (eager or None)
+    logits = {}
+    for name in (None, *plan.adapter_dirs):
+        if plan.args.quantize:
+            step = WithPairs(lowered_from, lowered.pairs(name)) if plan.adapters else lowered_from
+            logits[name] = eager_logits(step, verified[name], plan.shapes, expanded=not plan.layer_by_layer)
+            continue
+        with peft_over(lowered_from, plan.adapter_dirs.get(name)) as eager_model:
+            logits[name] = eager_logits(eager_model, verified[name], plan.shapes)
+    return logits
 
 
 def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
@@ -291,20 +281,19 @@ def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
 
 
 def check(plan: TextPlan, path: Path, verified: Any, eager: Any) -> Any:
+    """The base's ``.pte`` judged; with adapters, each program over the ``.ptd`` (:class:`ProgramReports`)."""
     from coreai_partitioner.text_generation.check import check
-
-    if not plan.adapters:
-        return check(path, verified, plan.shapes, eager=eager, dtype=plan.dtype, quantize=plan.args.quantize)
     from coreai_partitioner.verify import PteWithData, reset_state
 
     reports = {}
     for name in (None, *plan.adapter_dirs):
-        program = PteWithData(path.with_name(f"{name}.pte") if name else path, path.with_suffix(".ptd"))
+        pte = path.with_name(f"{name}.pte") if name else path
+        program = PteWithData(pte, path.with_suffix(".ptd")) if plan.adapters else pte
         reset_state()
         reports[name or path.stem] = check(
             program, verified[name], plan.shapes, eager=(eager or {}).get(name), dtype=plan.dtype, quantize=plan.args.quantize
         )
-    return ProgramReports(reports)
+    return ProgramReports(reports) if plan.adapters else reports[path.stem]
 
 
 @dataclass

@@ -170,24 +170,26 @@ def reference(plan: ImagePlan, model: torch.nn.Module) -> torch.Tensor:
     )
 
 
-def lower(plan: ImagePlan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
-    """The three methods lowered; under ``--verify --quantize`` the image the quantized eager methods draw through the
-    same loop (what the ``.pte`` must draw), ``None`` otherwise (diffusers' pipeline is the reference)."""
+def lower(plan: ImagePlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """The three methods lowered; under ``--verify --quantize`` the quantized eager methods, the ``.pte``'s judge
+    (``None`` otherwise: diffusers' pipeline is the reference)."""
     from coreai_partitioner.text_to_image import lower_stable_diffusion
     from coreai_partitioner.text_to_image.loop import EagerMethods
     from coreai_partitioner.text_to_image.stable_diffusion import constant_methods
 
-    held: dict | None = {} if verified is not None and plan.args.quantize else None
+    held: dict | None = {} if plan.args.verify and plan.args.quantize else None
     with phases("export and lower"):
         lowered = lower_stable_diffusion(
             model, height=plan.height, width=plan.width, device=plan.args.target == "device", quantize=plan.args.quantize,
             quantized_reference=held,
             **partitioner_options(plan.args),
         )
-    if not held:
-        return lowered, None
-    with phases("quantized reference"):
-        return lowered, _verify_run(plan, EagerMethods(held, constant_methods(plan.config, plan.height, plan.width)))
+    return lowered, (EagerMethods(held, constant_methods(plan.config, plan.height, plan.width)) if held else None)
+
+
+def eager(plan: ImagePlan, lowered: Any, lowered_from: Any, verified: Any) -> torch.Tensor:
+    """The image the quantized eager methods draw through the same loop: what the ``.pte`` must draw."""
+    return _verify_run(plan, lowered_from)
 
 
 def _verify_run(plan: ImagePlan, program: Any) -> torch.Tensor:

@@ -211,7 +211,8 @@ def reference(plan: Plan, model: torch.nn.Module) -> SpeechReference:
     return SpeechReference(ids, 0, *reference(model, ids, seed=0))
 
 
-def lower(plan: Plan, model: torch.nn.Module, verified: Any, phases: Phases) -> tuple[Any, Any]:
+def lower(plan: Plan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+    """The family's methods lowered; ``None``: the reference (the fp32 model's waveform) is the ``.pte``'s judge."""
     from coreai_partitioner.text_to_speech.kokoro import lower_kokoro
     from coreai_partitioner.text_to_speech.vits import lower_vits
 

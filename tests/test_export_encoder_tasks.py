@@ -185,6 +185,16 @@ def exported(argv: list[str], out: Path, capsys) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("config", ["vit", "roberta", "sentence-distilbert"])
+def test_at_fp16_the_command_judges_the_pte_against_the_model_at_fp16(config, tmp_path, capsys):
+    """``--dtype fp16 --verify``: the ``.pte`` is judged against the model at fp16 (the task's eager outputs, taken
+    after the lowering) within the runtime's fp16 tolerance, and reported against the fp32 model."""
+    said = exported(["--config", config, "--dtype", "fp16"], tmp_path / config / "model.pte", capsys)
+    assert "against the eager model (fp16), the check:" in said and "against the fp32 model (a report)" in said, said
+    assert "eager reference" in said
+
+
+@pytest.mark.slow
 def test_fill_mask_through_the_command_gives_hf_eagers_logits_on_its_tokenizers_ids(tmp_path, capsys):
     from coreai_partitioner.text_encoder.tiny import tiny_config
 

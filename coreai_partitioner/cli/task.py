@@ -182,8 +182,8 @@ def describe_tokenizer(plan: Plan) -> str:
 
 
 def at_dtype(plan: Plan, forward: Any) -> Any:
-    """``forward`` (the model at ``--dtype``) where ``--verify`` judges the ``.pte`` against it; ``None`` at fp32
-    (the reference is its own)."""
+    """``forward`` (the model at ``--dtype``, or a step of it) where ``--verify`` judges the ``.pte`` against it: a
+    task's ``lower``'s second; ``None`` at fp32 (the reference is its own)."""
     return forward if plan.args.verify and plan.dtype != torch.float32 else None
 
 

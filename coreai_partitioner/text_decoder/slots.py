@@ -53,7 +53,7 @@ class AdapterSlots:
 
     layers: dict[str, LowRankLinear]
     max_rank: int
-    dtype: torch.dtype = torch.float32
+    dtype: torch.dtype
 
     def inputs(self, pairs: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
         """The program's adapter inputs in slot order: ``A``, ``B`` of each layer from ``pairs``."""
@@ -68,12 +68,16 @@ class AdapterSlots:
 
     def pairs_of(self, adapter: Adapter, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """``adapter``'s ``A`` and ``B · scale`` in ``dtype`` for every slot; a rank-1 zero pair where it has no layer."""
-        missing = set(adapter.layers) - set(self.layers)
-        if missing:
-            raise AdapterError(f"{adapter.source} targets {sorted(missing)[0]}, which has no slot in this program")
+        self.check_takes(adapter)
         pairs = self.zero_pairs(dtype)
         pairs.update({path: layer.scaled(dtype) for path, layer in adapter.layers.items()})
         return pairs
+
+    def check_takes(self, adapter: Adapter) -> None:
+        """Raise unless every layer ``adapter`` targets has a slot."""
+        missing = set(adapter.layers) - set(self.layers)
+        if missing:
+            raise AdapterError(f"{adapter.source} targets {sorted(missing)[0]}, which has no slot in this program")
 
     @property
     def sample_rank(self) -> int:
@@ -165,7 +169,7 @@ def adapter_slots(model: nn.Module, adapters: Sequence[Adapter], max_rank: int) 
             setattr(parent, child, layers[path])
         slots = AdapterSlots(layers, max_rank, dtype)
         for adapter in adapters:
-            slots.pairs_of(adapter, dtype)  # every layer it targets has a slot, before the lowering
+            slots.check_takes(adapter)  # before the lowering
         yield slots
     finally:
         for parent, child, module in reversed(originals):

@@ -130,9 +130,10 @@ def lower_with_adapters(
         metadata = runner_metadata(model, shapes)
 
         def exported():
+            table = decomposition_table()
             for method, length in shapes.methods().items():  # the device form's static layout exports two
                 program, records = export_decoder(
-                    model, shapes, quantize=quantize, keep_float=keep_float, decompositions=decomposition_table(),
+                    model, shapes, quantize=quantize, keep_float=keep_float, decompositions=table,
                     decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
                     stack_traces=stack_traces,
                 )

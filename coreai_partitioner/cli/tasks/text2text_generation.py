@@ -36,7 +36,7 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, at_dtype, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options
 
 NAME = "text2text-generation"
 DETECT = Detection(
@@ -174,7 +174,7 @@ def lower(plan: Text2TextPlan, model: torch.nn.Module, phases: Phases) -> tuple[
     lowered = lower_text2text(
         model, target=plan.args.target, text2text=text2text, phases=phases.seconds, **partitioner_options(plan.args)
     )
-    return lowered, (model if plan.args.verify and plan.dtype != torch.float32 else None)
+    return lowered, at_dtype(plan, model)
 
 
 def eager(plan: Text2TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified: Any) -> Any:

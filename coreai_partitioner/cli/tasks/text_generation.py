@@ -43,7 +43,7 @@ import torch
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
+from coreai_partitioner.cli.task import Phases, Plan, at_dtype, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
 
 NAME = "text-generation"
 #: a tiny model per family, named by the model type the family adapts
@@ -245,7 +245,7 @@ def lower(plan: TextPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, 
         lowered = lower_with_adapters(model, plan.shapes, plan.adapters, quantized_reference=held, **lowering_options(plan.args))
     if held:
         return lowered, held.pop()
-    return lowered, (model if plan.args.verify and plan.dtype != torch.float32 else None)
+    return lowered, at_dtype(plan, model)
 
 
 def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified: dict) -> dict:

@@ -160,6 +160,39 @@ def test_one_instance_with_two_shapes_is_exported_twice():
     assert records.sub_exports == 2
 
 
+def test_call_sites_that_trace_alike_run_their_forward_once_in_the_trace(monkeypatch):
+    """The fake impls of call sites that would sub-export to one graph (same class, attributes, weight shapes) share
+    what they learned: three leaves alike cost the export as many forwards as one leaf with another eps (which
+    shares neither their memo nor their sub-export)."""
+    runs = []
+    forward = MyLeaf.forward
+
+    def counted(self, x: torch.Tensor) -> torch.Tensor:
+        runs.append(self)
+        return forward(self, x)
+
+    monkeypatch.setattr(MyLeaf, "forward", counted)
+
+    class Leaves(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.alike = torch.nn.ModuleList([MyLeaf(16) for _ in range(3)])
+            self.other = MyLeaf(16, eps=1e-2)
+
+        def forward(self, x):
+            for leaf in self.alike:
+                x = leaf(x)
+            return self.other(x)
+
+    model = Leaves().eval()
+    x = torch.randn(2, 5, 16)
+    program, records = externalize(model, (x,), [LEAF])
+    assert len(records) == 4 and records.sub_exports == 2
+    alike = sum(any(run is leaf for leaf in model.alike) for run in runs)
+    assert alike == sum(run is model.other for run in runs) >= 1
+    torch.testing.assert_close(program.module()(x), model(x))
+
+
 def test_memoized_fake_impl_runs_the_forward_once_per_input_signature():
     calls = []
 

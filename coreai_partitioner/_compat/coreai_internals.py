@@ -38,6 +38,9 @@ from coreai_torch.externalize import _torch_export_module as torch_export_module
 #: Attributes coreai-torch stamps on a submodule it patches for externalization, by prefix.
 EXTERNALIZE_ATTR_PREFIXES = ("_externalize", "_original_forward")
 
+#: Where coreai-torch keeps the forward of a submodule it patched (its own ``forward`` then calls the op).
+EXTERNALIZED_FORWARD_ATTR = "_original_forward"
+
 
 #: coreai-torch's composite classes live in private modules named after the composite, but for SDPA's.
 _COMPOSITE_NAME_OVERRIDES = {"_sdpa": "scaled_dot_product_attention"}
@@ -88,7 +91,7 @@ class TorchConverterBase(TorchConverter):
 
 def externalized_op_of(module: torch.nn.Module) -> tuple[str, Any]:
     """``(op name, original forward)`` coreai-torch stamped on a patched submodule."""
-    return module._externalize_op_name, module._original_forward
+    return module._externalize_op_name, getattr(module, EXTERNALIZED_FORWARD_ATTR)
 
 
 def coreai_graph(program: Any, entrypoint: str) -> Any:

@@ -18,6 +18,11 @@ so it is computed once per distinct input signature:
 
 Anything else (an output size that is a new expression, a non-tensor input
 that is not a plain scalar) runs the forward every time.
+
+Call sites that would export to the same graph (:func:`~.subexport.module_key`:
+the same classes, attributes and weight shapes; every layer's RMSNorm) share
+their entries, so a decoder's forward runs once per composite, not once per
+layer.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import sympy
 import torch
 
 from coreai_partitioner import _compat
+from coreai_partitioner.records.subexport import module_key
 
 _SCALARS = (type(None), bool, int, float, str)
 
@@ -127,9 +133,10 @@ def _rebuild(description: Any, named: list[tuple[Any, Any]]) -> Any:
     return torch.empty_strided(shape, stride, dtype=dtype, device=device)
 
 
-def memoized(forward: Callable[..., Any]) -> Callable[..., Any]:
-    """A fake impl that runs ``forward`` once per input signature."""
-    outputs: dict[tuple, Any] = {}
+def memoized(forward: Callable[..., Any], outputs: dict[tuple, Any] | None = None) -> Callable[..., Any]:
+    """A fake impl that runs ``forward`` once per input signature; ``outputs`` holds what it learned
+    (a dict shared with the fake impls of modules that trace alike)."""
+    outputs = {} if outputs is None else outputs
 
     def fake(*args: Any, **kwargs: Any) -> Any:
         named = _inputs(args, kwargs)
@@ -147,7 +154,10 @@ def memoized(forward: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def memoize_fake_impls(modules: list[torch.nn.Module], namespace: str) -> None:
-    """Re-register the fake impl of every patched module's op as :func:`memoized`."""
+    """Re-register the fake impl of every patched module's op as :func:`memoized`, shared by modules that trace alike."""
+    shared: dict[tuple, dict[tuple, Any]] = {}
     for module in modules:
         op_name, forward = _compat.externalized_op_of(module)
-        torch.library.register_fake(f"{namespace}::{op_name}", memoized(forward))
+        key = module_key(module)
+        outputs = {} if key is None else shared.setdefault(key, {})
+        torch.library.register_fake(f"{namespace}::{op_name}", memoized(forward, outputs))

@@ -44,11 +44,24 @@ def _simple(value: Any) -> Any:
     raise _NotShareable
 
 
+def module_key(module: torch.nn.Module) -> tuple | None:
+    """What makes two modules trace alike on the same inputs (:func:`call_site_key`'s part), or None when unsure.
+
+    A module coreai-torch has marked counts as running its class's forward
+    when the forward it saved is the class's own.
+    """
+    try:
+        return _module_key(module)
+    except _NotShareable:
+        return None
+
+
 def _module_key(module: torch.nn.Module) -> tuple:
     key = []
     for path, sub in module.named_modules(remove_duplicate=False):
         state = vars(sub)
-        if not is_class_forward(sub, state.get("forward")) or any(state.get(hook) for hook in _compat.MODULE_HOOK_ATTRS):
+        forward = state.get(_compat.EXTERNALIZED_FORWARD_ATTR, state.get("forward"))
+        if not is_class_forward(sub, forward) or any(state.get(hook) for hook in _compat.MODULE_HOOK_ATTRS):
             raise _NotShareable
         attrs = tuple(
             (name, _simple(value))
@@ -90,11 +103,8 @@ def _dynamic_key(dynamic_shapes: tuple) -> tuple:
 def call_site_key(prep: Any) -> tuple | None:
     """What makes two call sites export to the same graph, or None when unsure."""
     node = prep.source_nodes[0]
-    if node.kwargs:
-        return None
-    try:
-        module = _module_key(prep.module)
-    except _NotShareable:
+    module = module_key(prep.module)
+    if node.kwargs or module is None:
         return None
     return (
         prep.composite_op_name,

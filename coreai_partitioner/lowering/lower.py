@@ -25,6 +25,7 @@ from coreai_partitioner.records.externalize import ExternalizedModules, external
 from coreai_partitioner.partition.partitioner import CoreAIPartitioner
 from coreai_partitioner.lowering.passes import get_default_compile_config, get_default_passes, remove_noop_expands
 from coreai_partitioner.lowering.precision import cast_sample, check_dtype, floating_as
+from coreai_partitioner.lowering.repeated import trace_repeated
 from coreai_partitioner.records.specs import default_specs
 
 #: A program ready to lower: what :func:`export_with_composites` returns.
@@ -44,6 +45,7 @@ def export_with_composites(
     annotations: bool = False,
     max_data_dependent_size: int | None = None,
     stack_traces: bool = True,
+    repeated: str | None = None,
 ) -> Exported:
     """:func:`externalize_modules` with ``torch.export`` and coreai-torch's decompositions.
 
@@ -78,6 +80,12 @@ def export_with_composites(
     (``node.meta["stack_trace"]``): a sixth of a 0.6B decoder's export, and
     read only by an asset with ``debug_info="full"`` and by an ETRecord
     (:func:`reads_stack_traces`).
+
+    ``repeated`` names a ``ModuleList`` of ``model`` whose layers the code
+    around it treats alike (no layer's index read outside it): its first
+    layers are traced and the rest written into the graph as copies of the
+    last one traced, where the layers are shown alike
+    (:mod:`~.repeated`; the program is the whole trace's, node for node).
     """
     from coreai_partitioner.partition.decompositions import coreai_table
 
@@ -89,12 +97,15 @@ def export_with_composites(
     traced_decomposed = decompositions is not None and not (quantize is not None and _needs_linear_ops(quantize))
     keep_marks = _compat.preserve_node_meta if annotations else contextlib.nullcontext
 
-    def export_fn(module: torch.nn.Module) -> ExportedProgram:
+    def trace(module: torch.nn.Module) -> ExportedProgram:
         with torch.no_grad(), keep_marks():
             if traced_decomposed:
                 return _compat.export_decomposed(module, sample, dynamic_shapes, decompositions)
-            program = torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
-        if quantize is not None or decompositions is not None:
+            return torch.export.export(module, sample, dynamic_shapes=dynamic_shapes)
+
+    def export_fn(module: torch.nn.Module) -> ExportedProgram:
+        program = trace(module) if repeated is None else trace_repeated(module, repeated, trace)
+        if traced_decomposed or quantize is not None or decompositions is not None:
             return program  # quantize() decomposes, with the table given
         return program.run_decompositions(coreai_table())
 

@@ -48,7 +48,9 @@ def export_decoder(
     names.  Every shape is checked against the scheme before any work.  ``slots`` (an
     :class:`~coreai_partitioner.text_decoder.slots.AdapterSlots` over ``model``'s layers) adds each slot's
     ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.  ``stack_traces`` is
-    :func:`~coreai_partitioner.lowering.lower.export_with_composites`'s.
+    :func:`~coreai_partitioner.lowering.lower.export_with_composites`'s.  Layers alike are traced once and
+    repeated (:mod:`coreai_partitioner.lowering.repeated`), but where a graph break every
+    ``layers_per_delegate`` layers reads their index.
     """
     from coreai_partitioner.lowering.lower import export_with_composites
 
@@ -90,5 +92,6 @@ def export_decoder(
         exported, sample, dynamic_shapes=dynamic_shapes, quantize=quantize or None,
         keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
         annotations=shapes.device, stack_traces=stack_traces,
+        repeated=None if layers_per_delegate else f"{prefix}layers",  # a graph break every few layers reads the index
     )
     return program, records

@@ -1,0 +1,147 @@
+"""Layers alike traced once and repeated in the graph (coreai_partitioner.lowering.repeated)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+import torch
+
+from coreai_partitioner.lowering import repeated
+from coreai_partitioner.lowering.lower import export_with_composites
+from coreai_partitioner.lowering.whole_program import decomposition_table
+from coreai_torch.composite_ops import RMSNorm
+
+
+class Layer(torch.nn.Module):
+    """A composite, a projection and a state the layer writes, over what every layer shares (``shared``)."""
+
+    def __init__(self, dim: int, path: str) -> None:
+        super().__init__()
+        self.norm = RMSNorm(dim)
+        self.proj = torch.nn.Linear(dim, dim, bias=False)
+        self.path = path  # names the layer, as a decoder's blocks do for messages
+        self.register_buffer("state", torch.zeros(dim), persistent=False)
+
+    def forward(self, x: torch.Tensor, shared: torch.Tensor) -> torch.Tensor:
+        y = x + torch.relu(self.proj(self.norm(x))) * shared
+        self.state.copy_(y.mean((0, 1)))
+        return y
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, layers: int = 7, dim: int = 16, index_read: bool = False) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList([Layer(dim, f"model.layers.{i}") for i in range(layers)])
+        self.head = torch.nn.Linear(dim, 4)
+        self.index_read = index_read
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shared = torch.sigmoid(x.sum(-1, keepdim=True))  # made once, read by every layer
+        for index, layer in enumerate(self.layers):
+            x = layer(x * (index + 1) if self.index_read else x, shared)
+        return self.head(x[:, -1])
+
+
+def export(model: torch.nn.Module, path: str | None = "layers"):
+    x = torch.randn(1, 5, 16)
+    T = torch.export.Dim("T", min=1, max=8)
+    return export_with_composites(
+        model, (x,), dynamic_shapes=({1: T},), decompositions=decomposition_table(), repeated=path,
+    )
+
+
+def structure(program) -> tuple:
+    """The program as the lowering reads it: each node's op, target (call sites by module) and inputs, by position;
+    the names of its inputs and outputs (a delegate's are named after them); the signature; the weights and state
+    by name, in order."""
+    nodes = list(program.graph.nodes)
+    at = {node: i for i, node in enumerate(nodes)}
+
+    def arg(value):
+        if isinstance(value, torch.fx.Node):
+            return ("node", at[value])
+        if isinstance(value, (list, tuple)):
+            return tuple(arg(v) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, arg(v)) for k, v in value.items())
+        return repr(value)
+
+    def plain(text):  # a call site's op and node name carry a suffix of their export's own
+        return re.sub(r"_[0-9a-f]{8}\b", "", text)
+
+    signature = program.graph_signature
+    return (
+        [(node.op, plain(str(node.target)), arg(node.args), arg(node.kwargs),
+          str(getattr(node.meta.get("val"), "shape", None))) for node in nodes],
+        [node.name for node in nodes if node.op == "placeholder" or node in program.graph.output_node().args[0]],
+        [(spec.kind, spec.target, at[program.graph.find_nodes(op="placeholder", target=spec.arg.name)[0]])
+         for spec in signature.input_specs],
+        [(spec.kind, spec.target) for spec in signature.output_specs],
+        list(program.state_dict),
+        list(program.constants),
+    )
+
+
+def traced_layers(caplog) -> str:
+    return " ".join(record.getMessage() for record in caplog.records if record.name == repeated.__name__)
+
+
+def test_layers_alike_are_traced_once_and_repeated_into_the_whole_traces_program(caplog):
+    model = Stack().eval()
+    with caplog.at_level(logging.INFO, logger=repeated.__name__):
+        program, records = export(model)
+    assert "traced 4 of the 7 layers of layers and repeated the last" in traced_layers(caplog)
+    whole, whole_records = export(model, path=None)
+    assert structure(program) == structure(whole)
+    assert records.module_paths() == whole_records.module_paths() == [f"layers.{i}.norm.rmsnorm_impl" for i in range(7)]
+    x = torch.randn(1, 3, 16)
+    module = program.module()
+    torch.testing.assert_close(module(x), model(x))
+    torch.testing.assert_close(dict(module.named_buffers())["layers.6.state"], model.layers[6].state)  # written
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda model: setattr(model.layers[5], "extra", 2.0), "layer 5 differs from layer 3"),
+        (lambda model: setattr(model, "index_read", True), "layer 3 takes"),
+        (lambda model: model.layers[6].register_forward_hook(lambda *args: None), "a hook on layer 6"),
+    ],
+    ids=["attribute", "index-read", "hook"],
+)
+def test_layers_not_shown_alike_are_traced_whole_saying_why(caplog, change, reason):
+    model = Stack().eval()
+    change(model)
+    with caplog.at_level(logging.INFO, logger=repeated.__name__):
+        program, _ = export(model)
+    assert "traced all 7 layers of layers" in traced_layers(caplog) and reason in traced_layers(caplog)
+    assert structure(program) == structure(export(model, path=None)[0])
+
+
+def test_a_stack_no_longer_than_the_layers_traced_is_traced_whole(caplog):
+    model = Stack(layers=repeated.TRACED).eval()
+    with caplog.at_level(logging.INFO, logger=repeated.__name__):
+        export(model)
+    assert traced_layers(caplog) == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [{}, {"target": "device"}, {"quantize": "int4"}], ids=["host", "device", "int4"])
+def test_a_decoder_whose_layers_are_repeated_lowers_to_the_same_pte_byte_for_byte(monkeypatch, caplog, options):
+    import transformers
+
+    from coreai_partitioner import text_generation
+
+    config = text_generation.tiny_config("qwen3")
+    config.num_hidden_layers, config.layer_types = 6, ["full_attention"] * 6
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    shapes = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
+    with caplog.at_level(logging.INFO, logger=repeated.__name__):
+        pte = bytes(text_generation.lower_decoder(model, shapes, **options).to_executorch().buffer)
+    assert "traced 4 of the 6 layers" in traced_layers(caplog)
+    monkeypatch.setattr(repeated, "TRACED", 6)  # every layer traced
+    assert pte == bytes(text_generation.lower_decoder(model, shapes, **options).to_executorch().buffer)

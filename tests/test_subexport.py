@@ -238,3 +238,35 @@ def test_the_sub_exports_list_torchs_keepable_ops_once_and_leave_torch_as_it_was
     assert records.sub_exports == 2  # one RMSNorm, one SDPA
     assert len(calls) == 1
     assert decomp_utils._collect_all_valid_cia_ops is counted and exported_program._collect_all_valid_cia_ops is counted
+
+
+class Scaled(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, 16))
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
+        y = x * self.weight
+        y = y if bias is None else y + bias
+        return y if scale is None else y * scale
+
+
+def test_a_call_site_that_skips_an_optional_argument_is_exported_with_the_rest_by_keyword():
+    """coreai-torch exports a call site whose optional argument in the middle is None with the later ones by keyword
+    (``_compat.call_site_arguments``, its logic mirrored for the one-trace sub-export)."""
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scaled = Scaled()
+
+        def forward(self, x, s):
+            return self.scaled(x, None, s)
+
+    model = Model().eval()
+    x, s = torch.randn(2, 16), torch.randn(2, 16)
+    program, records = externalize(model, (x, s), [ExternalizeSpec(Scaled, composite_op_name="scaled")])
+    (record,) = records
+    assert [spec.arg.name for spec in record.exported_program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"] == ["x", "scale"]
+    torch.testing.assert_close(record.exported_program.module()(x, scale=s), model(x, s))
+    torch.testing.assert_close(program.module()(x, s), model(x, s))

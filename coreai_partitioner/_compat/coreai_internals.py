@@ -32,7 +32,6 @@ from coreai_torch.externalize import _finalize_module_export as finalize_module_
 from coreai_torch.externalize import _find_marked_submodules as find_marked_submodules
 from coreai_torch.externalize import _PreparedModules as PreparedModules
 from coreai_torch.externalize import _restore_externalized as restore_externalized
-from coreai_torch.externalize import _torch_export_module as torch_export_module
 
 
 #: Attributes coreai-torch stamps on a submodule it patches for externalization, by prefix.
@@ -87,6 +86,21 @@ class TorchConverterBase(TorchConverter):
     def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
         made = self.constant(tensor, self._location)
         return super()._constant_from_tensor(tensor) if made is None else made
+
+
+def call_site_arguments(prep: Any) -> tuple[tuple, dict | None, Any]:
+    """``(args, kwargs, dynamic_shapes)`` coreai-torch's ``_torch_export_module`` exports a call site's submodule
+    with: its fake inputs, by keyword where the call skipped an optional argument."""
+    import inspect
+
+    source_node = prep.source_nodes[0]
+    present = [i for i, a in enumerate(source_node.args) if a is not None]
+    if present == list(range(len(prep.fake_inputs))):
+        return tuple(prep.fake_inputs), None, prep.dynamic_shapes
+    names = list(inspect.signature(prep.module.forward).parameters)
+    kwargs = {names[position]: fake for position, fake in zip(present[1:], prep.fake_inputs[1:])}
+    dynamic_shapes = {names[position]: shape for position, shape in zip(present, prep.dynamic_shapes)}
+    return (prep.fake_inputs[0],), kwargs, dynamic_shapes
 
 
 def externalized_op_of(module: torch.nn.Module) -> tuple[str, Any]:

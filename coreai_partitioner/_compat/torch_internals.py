@@ -210,7 +210,7 @@ def _tensors(value: Any) -> list:
 
 
 def export_decomposed(
-    module: torch.nn.Module, args: tuple, dynamic_shapes: Any, decompositions: dict
+    module: torch.nn.Module, args: tuple, dynamic_shapes: Any, decompositions: dict, kwargs: dict | None = None
 ) -> torch.export.ExportedProgram:
     """``torch.export.export(...).run_decompositions(decompositions)`` in one trace instead of two.
 
@@ -229,7 +229,12 @@ def export_decomposed(
     kept = {op: exported_program._special_op_to_preserve_cia for op in _composite_ops() if op not in decompositions}
     to_aten = functools.partial(_trace._export_to_aten_ir, decomp_table=decompositions)
     with _replaced(_trace, "_export_to_aten_ir", to_aten), exported_program._override_composite_implicit_decomp(kept):
-        return _trace._export(module, args, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
+        return _trace._export(module, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False, pre_dispatch=False)
+
+
+def core_aten_table() -> dict:
+    """``torch.export.default_decompositions()`` as the dict ``run_decompositions()`` applies."""
+    return torch.export.default_decompositions().materialize()
 
 
 @functools.cache

@@ -156,14 +156,18 @@ class SharedExports:
 
 
 def _export(prep: Any) -> ExportedProgram:
+    """The call site's submodule exported to core ATen IR, as coreai-torch's export and ``run_decompositions()``
+    make it, in one trace instead of two (:func:`~coreai_partitioner._compat.export_decomposed`)."""
+    args, kwargs, dynamic_shapes = _compat.call_site_arguments(prep)
     try:
-        program = _compat.torch_export_module(prep)
+        program = _compat.export_decomposed(prep.module, args, dynamic_shapes, _compat.core_aten_table(), kwargs)
     except Exception as error:
         raise RuntimeError(
             f"failed to export externalized submodule '{prep.module_path}' "
             f"({type(prep.module).__name__}) on its own: {error}"
         ) from error
-    return program.run_decompositions()
+    prep.composite_input_names, prep.composite_output_names = _compat.derive_composite_io_names(program)
+    return program
 
 
 def subexport_and_restore(

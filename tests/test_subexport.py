@@ -270,3 +270,19 @@ def test_a_call_site_that_skips_an_optional_argument_is_exported_with_the_rest_b
     assert [spec.arg.name for spec in record.exported_program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"] == ["x", "scale"]
     torch.testing.assert_close(record.exported_program.module()(x, scale=s), model(x, s))
     torch.testing.assert_close(program.module()(x, s), model(x, s))
+
+
+def test_call_sites_are_found_in_one_walk_as_coreai_torch_finds_them():
+    from coreai_torch import _utils
+    from coreai_torch import externalize as marked
+
+    from coreai_partitioner import _compat
+
+    program, records = externalize(TwoLeaves(), [torch.randn(2, 16)], [LEAF])
+    walk = marked._find_all_custom_op_nodes
+    with _compat.call_sites_found_in_one_walk(program):
+        for record in records:
+            found = marked._find_all_custom_op_nodes(program, record.op_name)
+            assert found == _utils._find_all_custom_op_nodes(program, record.op_name) and len(found) == 1
+        assert marked._find_all_custom_op_nodes(program, "no_such_op") == []
+    assert marked._find_all_custom_op_nodes is walk

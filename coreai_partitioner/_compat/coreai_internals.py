@@ -6,7 +6,9 @@ Importing it imports coreai-torch without coreai-torch's false version warning.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -86,6 +88,38 @@ class TorchConverterBase(TorchConverter):
     def _constant_from_tensor(self, tensor: torch.Tensor) -> Any:
         made = self.constant(tensor, self._location)
         return super()._constant_from_tensor(tensor) if made is None else made
+
+
+@contextlib.contextmanager
+def call_sites_found_in_one_walk(program: Any) -> Iterator[None]:
+    """coreai-torch's ``_find_all_custom_op_nodes`` for ``program``, answered from one walk of its graph.
+
+    Preparing the sub-exports asks for each externalized module's call sites
+    twice, and each time coreai-torch walks every node of the whole-model
+    graph: a decoder's graph is walked hundreds of times.  A node
+    is one of an op's call sites when its target is that op's ``default``
+    overload, as coreai-torch's match of the qualified name finds it.  The
+    block must not change the graph.  Not thread-safe: the function is
+    swapped in ``coreai_torch.externalize`` for the block.
+    """
+    from coreai_torch import externalize
+
+    found: dict[str, list] = {}
+    for node in program.graph.nodes:
+        if node.op == "call_function":
+            found.setdefault(str(node.target), []).append(node)
+    walk = externalize._find_all_custom_op_nodes
+
+    def call_sites(exported_program: Any, op_name: str) -> list:
+        if exported_program is not program:
+            return walk(exported_program, op_name)
+        return list(found.get(f"{EXTERNALIZE_NAMESPACE}.{op_name}.default", ()))
+
+    externalize._find_all_custom_op_nodes = call_sites
+    try:
+        yield
+    finally:
+        externalize._find_all_custom_op_nodes = walk
 
 
 def call_site_arguments(prep: Any) -> tuple[tuple, dict | None, Any]:

@@ -129,9 +129,10 @@ def _externalize(
     shape_env = _shape_env(exported_program)
     with shape_env.suppress_guards() if shape_env is not None else contextlib.nullcontext():
         # Restores every patched forward in its own ``finally``.  The composites' ops were registered above, and the
-        # sub-exports register none: torch's list of the ops it can keep is made once for all of them.
+        # sub-exports register none: torch's list of the ops it can keep is made once for all of them; nor do they
+        # change the whole-model graph: its call sites are found in one walk.
         exports = SharedExports(reuse=reuse_exports)
-        with _compat.composite_ops_listed_once():
+        with _compat.composite_ops_listed_once(), _compat.call_sites_found_in_one_walk(exported_program):
             records = ExternalizedModules(subexport_and_restore(model, exported_program, exports))
     records.sub_exports = exports.runs
     logger.info(

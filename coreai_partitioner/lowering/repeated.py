@@ -229,7 +229,11 @@ class _Repeat:
     def target_in(self, target: Any, layer: int) -> Any:
         """``target``, or, for a layer's call-site op, the same module's op in ``layer``."""
         found = self.ops.get(target) if isinstance(target, torch._ops.OpOverload) else None
-        return target if found is None else self.ops[(layer, found[1])]
+        if found is None:
+            return target
+        if (layer, found[1]) not in self.ops:
+            raise NotRepeatable(f"layer {layer}'s {found[1]} is no composite")
+        return self.ops[(layer, found[1])]
 
     def _check(self) -> None:
         """The last traced layer's graph is the one before's, each over its own layer (module docstring)."""
@@ -249,8 +253,8 @@ class _Repeat:
                     ok = self.previous_at.get(r) == self.at[t]
                 elif t in self.previous_at:
                     ok = before_at.get(r) == self.previous_at[t]
-                elif self.layer_input(t) is not None:
-                    ok = self.layer_input(t) == (last, self.layer_input(t)[1]) and self.layer_input(r) == (earlier, self.layer_input(t)[1])
+                elif (own := self.layer_input(t)) is not None:
+                    ok = own[0] == last and self.layer_input(r) == (earlier, own[1])
                 else:
                     ok = t is r and t not in self.per_layer
                 if not ok:

@@ -432,8 +432,11 @@ class _Repeat:
     def _copy(self, graph: fx.Graph, node: fx.Node, read: Callable[[fx.Node], fx.Node], layer: int) -> fx.Node:
         """Layer ``layer``'s copy of the last traced layer's ``node``, named as the whole trace names it."""
         target = self.target_in(node.target, layer)
-        if target is not node.target:  # a call site, named after its op
-            name = node.name.replace(node.target.name().split("::")[-1], target.name().split("::")[-1], 1)
+        if target is not node.target:  # a call site, named after its op: its module's path, then the export's suffix
+            flat = self.path.replace(".", "_")
+            name, found = re.subn(rf"^{re.escape(flat)}_{TRACED - 1}_", f"{flat}_{layer}_", node.name)
+            if not found:
+                raise NotRepeatable(f"call site {node.name} is not named after its module")
         else:
             base, number, step = self.name_step[self.at[node]]
             name = _name(base, number + (layer - TRACED + 1) * step)

@@ -105,7 +105,7 @@ def export_with_composites(
 
     def export_fn(module: torch.nn.Module) -> ExportedProgram:
         program = trace(module) if repeated is None else trace_repeated(module, repeated, trace)
-        if traced_decomposed or quantize is not None or decompositions is not None:
+        if quantize is not None or decompositions is not None:
             return program  # quantize() decomposes, with the table given
         return program.run_decompositions(coreai_table())
 

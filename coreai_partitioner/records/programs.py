@@ -20,7 +20,7 @@ def with_own_graph(
     nodes, not weights; the tensors are shared, never copied.  A graph that
     names no attribute of its module (no branch of a ``cond``) is copied alone:
     the new program makes the one module it needs (copying the module too
-    compiles its code twice more, a twentieth of a 0.6B decoder's export).
+    compiles its code twice more).
     """
     root = program.graph_module
     if any(node.op in ("get_attr", "call_module") for node in root.graph.nodes):

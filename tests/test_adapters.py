@@ -321,3 +321,31 @@ def test_the_export_command_verifies_the_base_and_each_adapter_against_its_eager
     assert [report.split("]", 1)[0] for report in reports] == ["model", "tone"]
     assert all("the .pte's are the eager model's" in report for report in reports), done.stdout[-3000:]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model.ptd", "model.pte", "tone.pte"]
+
+
+@pytest.mark.slow
+def test_a_decoder_with_adapter_slots_is_traced_whole_so_every_slot_is_read(caplog):
+    """Layers alike are traced once and repeated (lowering/repeated.py), but a slot is checked read during the trace:
+    a decoder with slots traces every layer, and its slot on a layer past the traced four is read."""
+    import logging
+
+    import transformers
+
+    from coreai_partitioner.adapters.config import Adapter, LowRank
+    from coreai_partitioner.lowering import repeated
+    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.text_decoder.export import export_decoder
+    from coreai_partitioner.text_decoder.slots import adapter_slots
+
+    config = text_generation.tiny_config("qwen3")
+    config.num_hidden_layers, config.layer_types = 6, ["full_attention"] * 6
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    q = model.model.layers[5].self_attn.q_proj
+    pair = LowRank(2, 1.0, torch.ones(2, q.in_features), torch.ones(q.out_features, 2))
+    adapter = Adapter("a", {"model.layers.5.self_attn.q_proj": pair}, "test")
+    with adapter_slots(model, [adapter], 2) as slots, caplog.at_level(logging.INFO, logger=repeated.__name__):
+        program, _ = export_decoder(model, SHAPES, decompositions=decomposition_table(), slots=slots)
+    assert not [record for record in caplog.records if record.name == repeated.__name__]
+    inputs = [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"]
+    assert inputs == ["tokens", "input_pos", "model_layers_5_self_attn_q_proj_lora_a", "model_layers_5_self_attn_q_proj_lora_b"]

@@ -50,7 +50,7 @@ def export_decoder(
     ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.  ``stack_traces`` is
     :func:`~coreai_partitioner.lowering.lower.export_with_composites`'s.  Layers alike are traced once and
     repeated (:mod:`coreai_partitioner.lowering.repeated`), but where a graph break every
-    ``layers_per_delegate`` layers reads their index.
+    ``layers_per_delegate`` layers reads their index, and with ``slots`` (each slot's layer must be called).
     """
     from coreai_partitioner.lowering.lower import export_with_composites
 
@@ -92,6 +92,8 @@ def export_decoder(
         exported, sample, dynamic_shapes=dynamic_shapes, quantize=quantize or None,
         keep_float=[prefix + path for path in (*keep_float, *routers)], decompositions=decompositions,
         annotations=shapes.device, stack_traces=stack_traces,
-        repeated=None if layers_per_delegate else f"{prefix}layers",  # a graph break every few layers reads the index
+        # Layers traced once and repeated, but where the code around them reads a layer's index (a graph break every
+        # few layers) or needs every layer called (the adapters' slots, each checked read during the trace).
+        repeated=None if layers_per_delegate or slots is not None else f"{prefix}layers",
     )
     return program, records

@@ -137,6 +137,11 @@ def call_site_arguments(prep: Any) -> tuple[tuple, dict | None, Any]:
     return (prep.fake_inputs[0],), kwargs, dynamic_shapes
 
 
+def externalized_op_name(module: torch.nn.Module) -> str | None:
+    """The op coreai-torch registered for a submodule it patched, or None for one it did not patch."""
+    return getattr(module, "_externalize_op_name", None)
+
+
 def externalized_op_of(module: torch.nn.Module) -> tuple[str, Any]:
     """``(op name, original forward)`` coreai-torch stamped on a patched submodule."""
     return module._externalize_op_name, getattr(module, EXTERNALIZED_FORWARD_ATTR)

@@ -132,9 +132,10 @@ def _layer_key(layer: nn.Module, index: int) -> tuple:
             and name != "forward"
             and not name.startswith(_compat.EXTERNALIZE_ATTR_PREFIXES)
         )
-        params = tuple((n, None if p is None else (tuple(p.shape), p.dtype)) for n, p in sub._parameters.items())
-        buffers = tuple((n, None if b is None else (tuple(b.shape), b.dtype)) for n, b in sub._buffers.items())
-        key.append((sub_path, type(sub), sub.training, attrs, params, buffers, tuple(sorted(sub._non_persistent_buffers_set))))
+        own_params, own_buffers, non_persistent = _compat.module_state(sub)
+        params = tuple((n, None if p is None else (tuple(p.shape), p.dtype)) for n, p in own_params.items())
+        buffers = tuple((n, None if b is None else (tuple(b.shape), b.dtype)) for n, b in own_buffers.items())
+        key.append((sub_path, type(sub), sub.training, attrs, params, buffers, tuple(sorted(non_persistent))))
     return tuple(key)
 
 
@@ -219,7 +220,7 @@ class _Repeat:
         namespace = getattr(torch.ops, _compat.EXTERNALIZE_NAMESPACE)
         found: dict = {}
         for name, module in self.model.named_modules(remove_duplicate=False):
-            op_name = getattr(module, "_externalize_op_name", None)
+            op_name = _compat.externalized_op_name(module)
             if op_name is not None and name.startswith(self.prefix):
                 index, _, rest = name[len(self.prefix):].partition(".")
                 op = getattr(namespace, op_name).default
@@ -228,8 +229,8 @@ class _Repeat:
 
     def target_in(self, target: Any, layer: int) -> Any:
         """``target``, or, for a layer's call-site op, the same module's op in ``layer``."""
-        found = self.ops.get(target) if isinstance(target, torch._ops.OpOverload) else None
-        if found is None:
+        found = self.ops.get(target)
+        if not isinstance(found, tuple):
             return target
         if (layer, found[1]) not in self.ops:
             raise NotRepeatable(f"layer {layer}'s {found[1]} is no composite")

@@ -53,6 +53,7 @@ from torch.export.graph_signature import (
 )
 
 from coreai_partitioner import _compat
+from coreai_partitioner.records.subexport import Unalike, structure_key
 
 logger = logging.getLogger(__name__)
 
@@ -115,28 +116,12 @@ def _unlike_layers(layers: nn.ModuleList) -> str | None:
 
 
 def _layer_key(layer: nn.Module, index: int) -> tuple:
-    """What can change how ``layer`` (layer ``index``) traces: its modules' classes, attributes, weights' shapes."""
-    key = []
-    for sub_path, sub in layer.named_modules(remove_duplicate=False):
-        state = vars(sub)
-        if any(state.get(hook) for hook in _compat.MODULE_HOOK_ATTRS):
-            raise NotRepeatable(f"a hook on layer {index}'s {sub_path or 'module'}")
-        forward = state.get(_compat.EXTERNALIZED_FORWARD_ATTR, state.get("forward"))
-        if forward is not None and getattr(forward, "__func__", None) is not type(sub).forward:
-            raise NotRepeatable(f"an instance forward on layer {index}'s {sub_path or 'module'}")
-        attrs = tuple(
-            (name, _value_key(value, index))
-            for name, value in sorted(state.items())
-            if name not in _compat.MODULE_INTERNAL_ATTRS
-            and name not in _compat.MODULE_HOOK_ATTRS
-            and name != "forward"
-            and not name.startswith(_compat.EXTERNALIZE_ATTR_PREFIXES)
-        )
-        own_params, own_buffers, non_persistent = _compat.module_state(sub)
-        params = tuple((n, None if p is None else (tuple(p.shape), p.dtype)) for n, p in own_params.items())
-        buffers = tuple((n, None if b is None else (tuple(b.shape), b.dtype)) for n, b in own_buffers.items())
-        key.append((sub_path, type(sub), sub.training, attrs, params, buffers, tuple(sorted(non_persistent))))
-    return tuple(key)
+    """What can change how ``layer`` (layer ``index``) traces: its modules' classes, attributes, weights' shapes
+    (:func:`~coreai_partitioner.records.subexport.structure_key`, attributes keyed by :func:`_value_key`)."""
+    try:
+        return structure_key(layer, lambda value: _value_key(value, index), where=f"layer {index}")
+    except Unalike as error:
+        raise NotRepeatable(str(error)) from error
 
 
 def _value_key(value: Any, index: int) -> Any:

@@ -32,8 +32,8 @@ from coreai_partitioner.records.programs import with_own_graph
 _SIMPLE = (type(None), bool, int, float, complex, str, bytes, enum.Enum, torch.dtype, torch.device, torch.Size)
 
 
-class _NotShareable(Exception):
-    pass
+class Unalike(Exception):
+    """A module's structure cannot be told from its attributes (:func:`structure_key`); the message says why."""
 
 
 def _simple(value: Any) -> Any:
@@ -41,7 +41,7 @@ def _simple(value: Any) -> Any:
         return (type(value), value)
     if isinstance(value, (tuple, frozenset)):
         return (type(value), tuple(_simple(v) for v in value))
-    raise _NotShareable
+    raise Unalike(f"an attribute of type {type(value).__name__}")
 
 
 def module_key(module: torch.nn.Module) -> tuple | None:
@@ -51,20 +51,24 @@ def module_key(module: torch.nn.Module) -> tuple | None:
     when the forward it saved is the class's own.
     """
     try:
-        return _module_key(module)
-    except _NotShareable:
+        return structure_key(module)
+    except Unalike:
         return None
 
 
-def _module_key(module: torch.nn.Module) -> tuple:
+def structure_key(module: torch.nn.Module, value_key: Callable[[Any], Any] = _simple, where: str = "the module") -> tuple:
+    """The classes, plain attributes (each as ``value_key`` gives it), training mode, and parameter and buffer names,
+    shapes and dtypes of ``module`` and its submodules.  Raises :class:`Unalike` for a hook or an instance
+    ``forward`` (on ``where``'s submodule, the message says) and for an attribute ``value_key`` cannot key."""
     key = []
     for path, sub in module.named_modules(remove_duplicate=False):
         state = vars(sub)
-        forward = state.get(_compat.EXTERNALIZED_FORWARD_ATTR, state.get("forward"))
-        if not is_class_forward(sub, forward) or any(state.get(hook) for hook in _compat.MODULE_HOOK_ATTRS):
-            raise _NotShareable
+        if any(state.get(hook) for hook in _compat.MODULE_HOOK_ATTRS):
+            raise Unalike(f"a hook on {where}'s {path or 'module'}")
+        if not is_class_forward(sub, state.get(_compat.EXTERNALIZED_FORWARD_ATTR, state.get("forward"))):
+            raise Unalike(f"an instance forward on {where}'s {path or 'module'}")
         attrs = tuple(
-            (name, _simple(value))
+            (name, value_key(value))
             for name, value in sorted(state.items())
             if name not in _compat.MODULE_INTERNAL_ATTRS
             and name not in _compat.MODULE_HOOK_ATTRS

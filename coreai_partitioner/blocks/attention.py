@@ -23,7 +23,7 @@ class Attention(nn.Module):
     ``k_norm`` norm each head before RoPE.  ``rope`` names the decoder's
     :class:`~.rope.RopeTable` (``None``: no RoPE, SmolLM3's NoPE layers) and
     ``rope_dims`` a partial rotation.  ``window`` makes a sliding layer (a
-    ring of ``window`` slots, :func:`~.cache.window_plan`).  The step decides
+    ring of ``window`` slots and ``spare`` more, :func:`~.cache.window_plan`).  The step decides
     how the cache is read and written (:meth:`~.step.Step.full_cache`).
 
     A call is :meth:`project` (the projections), :meth:`query` and
@@ -58,6 +58,7 @@ class Attention(nn.Module):
         rope: str | None = "default",
         rope_dims: int | None = None,
         window: int | None = None,
+        spare: int = 0,
     ) -> None:
         super().__init__()
         self.path = path
@@ -68,9 +69,11 @@ class Attention(nn.Module):
         self.rotary = RoPE(dims=rope_dims) if rope is not None else None
         self.scale = float(scale)
         self.window = window if window is not None and window < context else None
+        #: A sliding layer's ring: its window and ``spare`` slots more (a verify call's drafts), at most the context.
+        self.ring = min(self.window + spare, context) if self.window is not None else None
         self.sdpa = SDPA(scale=self.scale, is_causal=True, window_size=self.window or 0)
         if self.owns_cache:
-            cache_shape = (1, shape.kv_heads, self.window or context, shape.head_dim)
+            cache_shape = (1, shape.kv_heads, self.ring or context, shape.head_dim)
             self.register_buffer("key_cache", torch.zeros(cache_shape, dtype=dtype), persistent=False)
             self.register_buffer("value_cache", torch.zeros(cache_shape, dtype=dtype), persistent=False)
 

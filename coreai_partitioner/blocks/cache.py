@@ -19,11 +19,11 @@ import torch
 class WindowPlan:
     """A sliding window's share of one call: the attended keys' positions, the mask, the ring write."""
 
-    mask: torch.Tensor  # [1, 1, T, window + T] bool
-    one_hot: torch.Tensor  # [T, window]: token t goes to slot s
-    kept: torch.Tensor  # [window, 1]: 1 where a slot keeps its content
-    positions: torch.Tensor  # [window]: the ring's slot positions (plus one) after the call
-    held: torch.Tensor  # [window] bool: the slots holding a position of this sequence before the call
+    mask: torch.Tensor  # [1, 1, T, ring + T] bool
+    one_hot: torch.Tensor  # [T, ring]: token t goes to slot s
+    kept: torch.Tensor  # [ring, 1]: 1 where a slot keeps its content
+    positions: torch.Tensor  # [ring]: the ring's slot positions (plus one) after the call
+    held: torch.Tensor  # [ring] bool: the slots holding a position of this sequence before the call
 
 
 def written_only(cache: torch.Tensor, held: torch.Tensor) -> torch.Tensor:
@@ -94,17 +94,22 @@ def ring_positions_before(first: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int, context: int) -> WindowPlan:
-    """A ring of ``size`` slots holding the last ``size`` positions before this call, and this call's ``position``.
+    """A sliding window of ``size`` positions over a ring of ``R = len(slot_positions)`` slots (``R >= size``)
+    holding the last ``R`` positions before this call, and this call's ``position``.
 
     ``slot_positions`` holds each slot's position plus one, 0 for an empty slot,
     so the ring's state starts at zero like any cache.  Keys attended: the
-    ring's, then the call's own (``[size + T]``).  A query at ``q`` attends a
+    ring's, then the call's own (``[R + T]``).  A query at ``q`` attends a
     key at ``p`` when ``q - size < p <= q`` (HF's sliding window); a ring slot
     at or past the call's first position is left from an earlier sequence (a
-    new prompt at position 0) and is never attended.  The ring
-    then keeps the call's last ``size`` real tokens, token ``p`` in slot
-    ``p % size``: the mod is computed in float, exact for any position below 2**24.
+    new prompt at position 0) or from a verify call's rejected drafts, and is
+    never attended.  The ring then keeps the call's last ``R`` real tokens,
+    token ``p`` in slot ``p % R``: the mod is computed in float, exact for any
+    position below 2**24.  The ``R - size`` spare slots keep, after a verify
+    call of up to ``R - size + 1`` tokens, every position a call after any
+    number of accepted drafts attends.
     """
+    slots_held = slot_positions.shape[0]
     ring = slot_positions - 1.0
     ring = torch.where(ring < position.min(), ring, torch.full_like(ring, -1.0))
     keys = torch.cat([ring, position])
@@ -112,9 +117,9 @@ def window_plan(slot_positions: torch.Tensor, position: torch.Tensor, size: int,
     mask = (keys >= 0.0) & (keys <= query) & (query - keys < float(size))
     real = position < float(context)
     last = torch.where(real, position, torch.full_like(position, -1.0)).max()
-    written = real & (position > last - float(size))
-    slots = torch.arange(size, dtype=position.dtype, device=position.device)
-    one_hot = ((ring_slot(position, size).unsqueeze(-1) == slots) & written.unsqueeze(-1)).to(position.dtype)  # [T, size]
+    written = real & (position > last - float(slots_held))
+    slots = torch.arange(slots_held, dtype=position.dtype, device=position.device)
+    one_hot = ((ring_slot(position, slots_held).unsqueeze(-1) == slots) & written.unsqueeze(-1)).to(position.dtype)  # [T, R]
     kept = 1.0 - one_hot.sum(0)
     updated = slot_positions * kept + (one_hot * (position + 1.0).unsqueeze(-1)).sum(0)
     return WindowPlan(mask[None, None], one_hot, kept.unsqueeze(-1), updated, ring >= 0.0)

@@ -16,20 +16,55 @@ from coreai_partitioner.blocks.norm import Norm, norm_eps
 
 
 class Recurrent(nn.Module):
-    """A mixer with state carried from call to call: every token of a call must be a real one."""
+    """A mixer with state carried from call to call: every token of a call must be a real one.
+
+    Its state buffers end in ``_state``; with a verify method each has a stash
+    (:func:`add_stashes`), ``stash_of_<name>``: its value after each position
+    of the last verify call, so the next call goes on after any number of
+    accepted drafts (:meth:`~.step.Step.carry`).
+    """
+
+    def stash(self, name: str) -> torch.Tensor | None:
+        """The stash of state ``name``, or ``None`` when the decoder has no verify method."""
+        return getattr(self, f"stash_of_{name}", None)
 
 
-def causal_conv(conv: nn.Conv1d, state: torch.Tensor, x: torch.Tensor, step) -> torch.Tensor:
+def add_stashes(decoder: nn.Module, rows: int) -> None:
+    """Give every recurrent layer of ``decoder`` a stash of ``rows`` states per state buffer, and the decoder
+    ``stash_positions_state`` (which positions, plus one, the rows hold; 0: none).
+
+    Rollback of recurrent state by per-position states: a verify call of ``rows``
+    tokens costs its recurrent layers ``rows`` times their state in memory,
+    and no call more (a re-run of the accepted tokens would cost one).
+    """
+    for module in decoder.modules():
+        if isinstance(module, Recurrent):
+            for name, state in list(module.named_buffers(recurse=False)):
+                if name.endswith("_state"):
+                    stash = torch.zeros(rows, *state.shape, dtype=state.dtype)
+                    module.register_buffer(f"stash_of_{name}", stash, persistent=False)
+    decoder.register_buffer("stash_positions_state", torch.zeros(rows), persistent=False)
+
+
+def causal_conv(
+    conv: nn.Conv1d, state: torch.Tensor, x: torch.Tensor, step, stash: torch.Tensor | None = None
+) -> torch.Tensor:
     """A depthwise causal convolution of ``x`` [B, C, T] continuing from ``state`` [B, C, K - 1], which it advances.
 
     The convolution runs over ``state`` (zeros at position 0: :meth:`~.step.Step.carry`)
     and ``x`` together with no padding, so it gives exactly ``T`` outputs,
     each from its last ``K`` inputs; the state keeps the last ``K - 1``
     inputs for the next call (what HF's cache keeps, less the column it
-    never reads).
+    never reads).  In a verify call ``stash`` takes the state after each
+    position: the ``K - 1`` inputs up to it.
     """
-    window = torch.cat([step.carry(state), x.to(state.dtype)], dim=-1)
-    state.copy_(window[..., -state.shape[-1] :])  # a start from the end: static whatever T is
+    window = torch.cat([step.carry(state, stash), x.to(state.dtype)], dim=-1)
+    kept = state.shape[-1]
+    if step.verifying and stash is not None:
+        states = torch.stack([window[..., t + 1 : t + 1 + kept] for t in range(x.shape[-1])])
+    else:
+        states = window[..., -kept:].unsqueeze(0)  # a start from the end: static whatever T is
+    step.keep(state, stash, states)
     return nn.functional.conv1d(window.to(x.dtype), conv.weight, conv.bias, groups=conv.groups)
 
 
@@ -73,7 +108,8 @@ class GatedDeltaNet(Recurrent):
         m, (hk, hv), (dk, dv) = self.module, self.heads, self.dims
         batch, length = x.shape[0], x.shape[1]
         mixed, z, b, a = self.project(x)
-        mixed = nn.functional.silu(causal_conv(m.conv1d, self.conv_state, mixed, step)).transpose(1, 2)
+        mixed = nn.functional.silu(causal_conv(m.conv1d, self.conv_state, mixed, step, self.stash("conv_state")))
+        mixed = mixed.transpose(1, 2)
         q, k, v = torch.split(mixed, [hk * dk, hk * dk, hv * dv], dim=-1)
         q, k, v = q.view(batch, length, hk, dk), k.view(batch, length, hk, dk), v.view(batch, length, hv, dv)
         beta = torch.sigmoid(b)
@@ -81,10 +117,19 @@ class GatedDeltaNet(Recurrent):
         if hv > hk:  # value head j reads key head j // (hv / hk), by index: repeat_interleave trips torch.export
             heads = torch.arange(hk, device=x.device).repeat_interleave(hv // hk)
             q, k = q.index_select(2, heads), k.index_select(2, heads)
-        out, state = self.update(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), g.transpose(1, 2), beta.transpose(1, 2),
-            step.carry(self.recurrent_state).to(q.dtype),
-        )
-        self.recurrent_state.copy_(state)
+        stash = self.stash("recurrent_state")
+        q, k, v, g, beta = (t.transpose(1, 2) for t in (q, k, v, g, beta))
+        state = step.carry(self.recurrent_state, stash).to(q.dtype)
+        if step.verifying and stash is not None:  # the state after every position: one update per token
+            outs, states = [], []
+            for t in range(length):
+                out, state = self.update(*(u[:, :, t : t + 1] for u in (q, k, v, g, beta)), state)
+                outs.append(out)
+                states.append(state)
+            out, states = torch.cat(outs, dim=1), torch.stack(states)
+        else:
+            out, state = self.update(q, k, v, g, beta, state)
+            states = state.unsqueeze(0)
+        step.keep(self.recurrent_state, stash, states.to(self.recurrent_state.dtype))
         normed = self.norm(out) * nn.functional.silu(z.float())  # out: [B, T, Hv, dv]
         return m.out_proj(normed.to(x.dtype).reshape(batch, length, hv * dv))

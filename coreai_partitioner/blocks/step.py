@@ -28,9 +28,14 @@ class Step:
     of a real token attends them.
     """
 
-    def __init__(self, decoder: nn.Module, input_pos: torch.Tensor, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, decoder: nn.Module, input_pos: torch.Tensor, dtype: torch.dtype | None = None, verifying: bool = False
+    ) -> None:
         self.decoder = decoder
         self.positions = input_pos
+        #: A verify call (:mod:`coreai_partitioner.text_decoder.verify`): each recurrent layer keeps its state
+        #: after every position (:meth:`keep`), so the next call goes on after any number of accepted drafts.
+        self.verifying = verifying
         #: The activations' dtype (RoPE's tables are made in it); the decoder sets it from its embedding.
         self.dtype = dtype
         self._memo: dict = {}
@@ -47,15 +52,31 @@ class Step:
     def rope(self, table: str) -> tuple[torch.Tensor, torch.Tensor]:
         return self.memoized(("rope", table), lambda: self.decoder.rope_tables[table](self.positions, self.dtype))
 
-    def carry(self, state: torch.Tensor) -> torch.Tensor:
+    def carry(self, state: torch.Tensor, stash: torch.Tensor | None = None) -> torch.Tensor:
         """``state`` where the call goes on from an earlier one, zeros where it starts at position 0.
 
         A recurrent layer's state is what its earlier calls left; a call at
         position 0 (a new prompt, or ExecuTorch's runner after ``reset()``)
         starts from nothing, as the KV cache's slots are written from 0 again.
+        After a verify call, ``stash`` (``[verify_len, *state.shape]``, :func:`~.recurrent.add_stashes`) holds
+        the state after each of its positions: a call going on from one of them (some drafts accepted) starts
+        from that row instead.
         """
         goes_on = self.memoized("goes_on", lambda: self.positions[:1] > 0)
+        if stash is not None:
+            stashed = self.decoder.stash_positions_state  # each row's position plus one; 0: no row
+            found = self.memoized("stashed", lambda: stashed == self.positions[:1].to(stashed.dtype))
+            rows = found.view(-1, *([1] * state.dim()))
+            chosen = torch.where(rows, stash, torch.zeros((), dtype=stash.dtype)).sum(0)  # a selection: 0 * NaN is NaN
+            state = torch.where(found.any(), chosen, state)
         return torch.where(goes_on, state, torch.zeros_like(state))  # not a product: 0 * NaN is NaN
+
+    def keep(self, state: torch.Tensor, stash: torch.Tensor | None, states: torch.Tensor) -> None:
+        """Write a recurrent layer's new state: the last of ``states`` (``[T, *state.shape]``, after each position)
+        into ``state``, and in a verify call all of them into ``stash``."""
+        state.copy_(states[-1])
+        if self.verifying and stash is not None:
+            stash.copy_(states)
 
     def full_mask(self, length: int) -> torch.Tensor:
         """``[1, 1, T, length]``: a query attends every cache slot at or before its position."""
@@ -112,7 +133,20 @@ class Step:
         return keys, values, plan.mask
 
     def finish(self) -> None:
-        """Write every sliding window's new slot positions (after every layer has read the old)."""
+        """Write every sliding window's new slot positions (after every layer has read the old), and which positions
+        the recurrent layers' stashes hold (:meth:`finish_stashes`)."""
         for key, plan in self._memo.items():
             if key[0] == "window":
                 self.decoder.window_positions(key[1]).copy_(plan.positions)
+        self.finish_stashes()
+
+    def finish_stashes(self) -> None:
+        """The positions (plus one) whose states the recurrent layers' stashes now hold: a verify call's, or none
+        after any other call (its state goes on from its own last position)."""
+        stashed = getattr(self.decoder, "stash_positions_state", None)
+        if stashed is None:
+            return
+        if self.verifying:
+            stashed.copy_(self.positions.to(stashed.dtype) + 1.0)
+        else:
+            stashed.copy_(torch.zeros_like(stashed))

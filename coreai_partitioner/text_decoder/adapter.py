@@ -38,6 +38,9 @@ class Build:
     model: nn.Module
     context: int
     full_logits: bool = False
+    #: Slots a sliding ring keeps beyond its window, so a verify call's rejected drafts overwrite none that a
+    #: later call attends (:attr:`~.shapes.DecoderShapes.verify_tokens` less one).
+    spare: int = 0
     plain: list[tuple[str, str]] = field(default_factory=list)
     #: The decoder's RoPE tables by name; ``"default"`` is the model's ``rotary_emb`` unless a family says otherwise.
     ropes: dict[str, RopeTable] = field(default_factory=dict)
@@ -171,6 +174,7 @@ class Build:
             dims = self.rope(name).dim
             options["rope_dims"] = dims if dims < shape.head_dim else None
         path = f"model.layers.{layer}.self_attn"
+        options.setdefault("spare", self.spare)
         return kind(path, shape, context=self.context, dtype=self.dtype, **options)
 
     def mlp(self, mlp: nn.Module, act: str | None = None) -> GatedMLP:
@@ -243,6 +247,7 @@ class Build:
             context=self.context,
             full_logits=self.full_logits,
             plain=self.plain,
+            verify_len=self.spare + 1 if self.spare else 0,
             **options,
         )
 
@@ -271,7 +276,8 @@ def adapt(model: nn.Module, shapes: DecoderShapes, *, full_logits: bool = False)
         raise Build(model, shapes.max_context_len).refuse(
             "max_position_embeddings", limit, f"a context of at most {limit} positions (got max_context_len {shapes.max_context_len})"
         )
-    build = Build(model, shapes.max_context_len, full_logits=full_logits)
+    spare = max(shapes.verify_tokens - 1, 0)
+    build = Build(model, shapes.max_context_len, full_logits=full_logits, spare=spare)
     decoder = family.build(build).eval()
     recurrent = [type(m).__name__ for m in decoder.modules() if isinstance(m, Recurrent)]
     if recurrent and shapes.mode == "enumerated":

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.blocks import Attention, RopeTable, Step
+from coreai_partitioner.blocks.recurrent import Recurrent, add_stashes
 
 
 class Decoder(nn.Module):
@@ -50,6 +51,7 @@ class Decoder(nn.Module):
         prepare: nn.Module | None = None,
         full_logits: bool = False,
         plain: Sequence[tuple[str, str]] = (),
+        verify_len: int = 0,
     ) -> None:
         super().__init__()
         self.model_type = model_type
@@ -64,15 +66,24 @@ class Decoder(nn.Module):
         self.final_softcap = final_softcap
         self.prepare = prepare
         self.full_logits = full_logits
+        #: The tokens of a verify call (0: the decoder has none); ``verifying`` is set while its ``verify`` method
+        #: is traced (:func:`~.verify.verifying`): every position's logits come back, and each recurrent layer
+        #: keeps its state after every position.
+        self.verify_len = verify_len
+        self.verifying = False
         #: ``(module path, reason)`` of what stays plain ops instead of a composite.
         self.plain = list(plain) + [
             (getattr(m, "path", name), m.plain_reason) for name, m in self.named_modules() if getattr(m, "plain_reason", None)
         ]
-        for size in sorted({m.window for m in self.modules() if isinstance(m, Attention) and m.window is not None}):
-            self.register_buffer(f"window_positions_{size}", torch.zeros(size), persistent=False)
+        rings = {m.window: m.ring for m in self.modules() if isinstance(m, Attention) and m.window is not None}
+        for size in sorted(rings):
+            self.register_buffer(f"window_positions_{size}", torch.zeros(rings[size]), persistent=False)
+        if verify_len and any(isinstance(m, Recurrent) for m in self.modules()):
+            add_stashes(self, verify_len)
 
     def window_positions(self, size: int) -> torch.Tensor:
-        """The positions (plus one; 0 when empty) held by each slot of the sliding windows of ``size`` slots."""
+        """The positions (plus one; 0 when empty) held by each slot of the rings of the sliding windows of ``size``
+        positions (a ring keeps its window and a verify call's drafts more)."""
         return getattr(self, f"window_positions_{size}")
 
     @property
@@ -80,7 +91,7 @@ class Decoder(nn.Module):
         return self.norm.weight.dtype if getattr(self.norm, "weight", None) is not None else self.lm_head.weight.dtype
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        return self.run(tokens, Step(self, input_pos))
+        return self.run(tokens, Step(self, input_pos, verifying=self.verifying))
 
     def run(self, tokens: torch.Tensor, step: Step) -> torch.Tensor:
         """The logits of ``tokens`` [1, T] at ``step``'s positions, its caches read and written the step's way."""
@@ -104,7 +115,7 @@ class Decoder(nn.Module):
             with step.scope(index):
                 hidden = layer(hidden, step)
         step.finish()
-        if not self.full_logits:
+        if not (self.full_logits or step.verifying):
             hidden = hidden[:, -1:, :]
         logits = self.lm_head(self.norm(hidden))
         if self.logits_scale is not None:

@@ -73,9 +73,10 @@ class DeviceStep(Step):
     """
 
     def __init__(
-        self, decoder: nn.Module, positions: torch.Tensor, slots: torch.Tensor, layers_per_delegate: int | None = None
+        self, decoder: nn.Module, positions: torch.Tensor, slots: torch.Tensor, layers_per_delegate: int | None = None,
+        verifying: bool = False,
     ) -> None:
-        super().__init__(decoder, positions)
+        super().__init__(decoder, positions, verifying=verifying)
         self.slots = slots
         self.layers_per_delegate = layers_per_delegate
 
@@ -132,21 +133,23 @@ class DeviceStep(Step):
         """
 
         def make():
-            slot_positions = ring_positions_before(self.positions.min(), size)
+            ring = self.decoder.window_positions(size).shape[0]  # the window's slots and a verify call's spare ones
+            slot_positions = ring_positions_before(self.positions.min(), ring)
             return window_plan(slot_positions, self.positions, size, self.decoder.context)
 
         return self.memoized(("window", size), make)
 
     def finish(self) -> None:
-        """Nothing to write back: the ring's slot positions follow from the positions (:meth:`window`)."""
+        """Only the recurrent stashes' positions: the ring's slot positions follow from the positions (:meth:`window`)."""
+        self.finish_stashes()
 
     def ring_cache(self, size, key_cache, value_cache, k, v):
         plan = self.window(size)
         keys = torch.cat([written_only(key_cache, plan.held), k.to(key_cache.dtype)], dim=2)
         values = torch.cat([written_only(value_cache, plan.held), v.to(value_cache.dtype)], dim=2)
         with outside_delegate():
-            slots = torch.remainder(self.slots, size)
-        self._write_rows(key_cache, value_cache, k, v, slots)  # T <= size (check_device): no slot twice
+            slots = torch.remainder(self.slots, key_cache.shape[2])
+        self._write_rows(key_cache, value_cache, k, v, slots)  # T <= window <= ring (check_device): no slot twice
         return keys, values, plan.mask
 
     @staticmethod
@@ -175,7 +178,7 @@ class DeviceDecoder(nn.Module):
         with outside_delegate():
             tokens = tokens.to(torch.float32)
             positions = input_pos.to(torch.float32)
-        step = DeviceStep(self.decoder, positions, input_pos, self.layers_per_delegate)
+        step = DeviceStep(self.decoder, positions, input_pos, self.layers_per_delegate, self.decoder.verifying)
         return self.decoder.run(tokens.to(torch.int32), step)
 
 

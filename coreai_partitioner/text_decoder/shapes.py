@@ -19,6 +19,10 @@ SHAPE_MODES = ("dynamic", "enumerated")
 #: upstream's on-device Core AI runtime (:mod:`coreai_partitioner.text_decoder.device`: static shapes, caches owned by ExecuTorch).
 TARGETS = ("host", "device")
 
+#: The default tokens of a ``verify`` call: the last token and 8 drafts (ExecuTorch's static llama decodes with a
+#: static input of 32; 9 keeps the host runtime's verify near a decode step's cost).
+VERIFY_LEN = 9
+
 #: How the device form lays out its shapes: one bounded-dynamic ``forward`` (T in 1..chunk), or two static
 #: methods (``forward`` T = 1, ``prefill`` T = chunk).
 DEVICE_SHAPES = ("bounded", "static")
@@ -51,6 +55,9 @@ class DecoderShapes:
     mode: str = "dynamic"
     target: str = "host"
     device_shapes: str = "bounded"
+    #: The tokens of one ``verify`` call (speculative decoding: the last token and up to ``verify_len - 1`` drafts);
+    #: ``None``: :data:`VERIFY_LEN` or the context if shorter; ``0``: no ``verify`` method.
+    verify_len: int | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in SHAPE_MODES:
@@ -71,6 +78,25 @@ class DecoderShapes:
             )
         if self.mode == "enumerated" and self.prefill_chunk == 1:
             raise ValueError("enumerated shapes need prefill_chunk > 1 (T = 1 and T = prefill_chunk)")
+        if self.verify_len is not None and self.verify_len != 0 and not 2 <= self.verify_len <= self.max_context_len:
+            raise ValueError(
+                f"verify_len {self.verify_len}: a verify call takes the last token and at least one draft, within the "
+                f"context; give 2 to max_context_len {self.max_context_len}, or 0 for no verify method"
+            )
+        if self.verify_len and self.mode == "enumerated":
+            raise ValueError(
+                "enumerated shapes give forward's asset a function per shape, which a verify method cannot share; "
+                "export with --shapes dynamic (or the device form) for speculative decoding, or verify_len=0"
+            )
+
+    @property
+    def verify_tokens(self) -> int:
+        """The ``verify`` method's static ``T`` (0: none).  The enumerated host shapes have none: their asset's
+        functions are ``forward``'s shapes, and a second method cannot share it."""
+        if self.verify_len is None:
+            tokens = 0 if self.mode == "enumerated" else min(VERIFY_LEN, self.max_context_len)
+            return tokens if tokens >= 2 else 0
+        return self.verify_len
 
     @property
     def device(self) -> bool:
@@ -84,14 +110,18 @@ class DecoderShapes:
     def methods(self) -> dict[str, int | None]:
         """The methods of the ``.pte`` and their static ``T`` (``None``: ``T`` from 1 to the chunk).
 
-        The host form and the device form's bounded layout: ``forward`` alone.  The device form's static layout:
-        ``forward`` 1 and ``prefill`` the chunk (when above 1).
+        The host form and the device form's bounded layout: ``forward``.  The device form's static layout:
+        ``forward`` 1 and ``prefill`` the chunk (when above 1).  Then ``verify`` of :attr:`verify_tokens`, every
+        position's logits over the same caches (:mod:`coreai_partitioner.text_decoder.verify`).
         """
         if not self.device or self.device_shapes == "bounded":
-            return {"forward": None}
-        methods: dict[str, int | None] = {"forward": 1}
-        if self.prefill_chunk > 1:
-            methods["prefill"] = self.prefill_chunk
+            methods: dict[str, int | None] = {"forward": None}
+        else:
+            methods = {"forward": 1}
+            if self.prefill_chunk > 1:
+                methods["prefill"] = self.prefill_chunk
+        if self.verify_tokens:
+            methods["verify"] = self.verify_tokens
         return methods
 
     def input_enumerations(self) -> list[dict[int, list[int]]] | None:
@@ -114,6 +144,8 @@ def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
     makes the runner prefill a prompt in calls of up to ``get_max_seq_len``
     tokens; without it (enumerated shapes, the device form's static layout)
     it feeds the prompt one token at a time (T = 1 is always there).
+    ``get_verify_len`` (where there is a ``verify`` method) is its ``T``, and
+    ``get_max_draft_len`` one less: the most drafts a call verifies.
     """
     config = model.config.get_text_config()
     generation = getattr(model, "generation_config", None)
@@ -128,4 +160,5 @@ def runner_metadata(model: nn.Module, shapes: DecoderShapes) -> dict[str, Any]:
         "get_eos_ids": eos_ids,
         "use_kv_cache": True,
         "enable_dynamic_shape": shapes.bounded if shapes.device else shapes.mode == "dynamic",
+        **({"get_verify_len": shapes.verify_tokens, "get_max_draft_len": shapes.verify_tokens - 1} if shapes.verify_tokens else {}),
     }

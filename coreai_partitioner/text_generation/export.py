@@ -114,6 +114,7 @@ def lower_with_adapters(
     from coreai_partitioner.text_decoder.device import check_device
     from coreai_partitioner.text_decoder.slots import adapter_slots
     from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
+    from coreai_partitioner.text_decoder.verify import verifying
 
     if target is not None and target != shapes.target:
         shapes = dataclasses.replace(shapes, target=target)
@@ -131,12 +132,13 @@ def lower_with_adapters(
 
         def exported():
             table = decomposition_table()
-            for method, length in shapes.methods().items():  # the device form's static layout exports two
-                program, records = export_decoder(
-                    model, shapes, quantize=quantize, keep_float=keep_float, decompositions=table,
-                    decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
-                    stack_traces=stack_traces,
-                )
+            for method, length in shapes.methods().items():  # forward, the static layout's prefill, verify
+                with verifying(decoder) if method == "verify" else contextlib.nullcontext():
+                    program, records = export_decoder(
+                        model, shapes, quantize=quantize, keep_float=keep_float, decompositions=table,
+                        decoder=decoder, length=length, layers_per_delegate=graph_breaks, slots=slots,
+                        stack_traces=stack_traces,
+                    )
                 if quantize and quantized_reference is not None and method == "forward":
                     quantized_reference.append(program.module())
                 yield method, (program, records)

@@ -148,12 +148,22 @@ def generate_text(
     return Generation("".join(chunks), len(ids), len(generated), prompt_seconds, time.perf_counter() - started)
 
 
-def runner_shapes(pte: Any) -> DecoderShapes:
-    """The :class:`~.export.DecoderShapes` a ``.pte`` was built for, read from its runner metadata."""
+def runner_shapes(pte: Any, data_path: Any = None) -> DecoderShapes:
+    """The :class:`~.export.DecoderShapes` a ``.pte`` was built for, read from its runner metadata (and its methods:
+    the device form's static layout has ``prefill``; ``get_verify_len`` the ``verify`` method's length)."""
     import coreai_partitioner.verify as verify
 
-    def value(name: str) -> int:
-        return int(verify.run(pte, method=name)[0])
+    def value(name: str) -> int | None:
+        try:
+            return int(verify.run(pte, method=name, data_path=data_path)[0])
+        except verify.UnsupportedProgram:
+            return None
 
-    dynamic = bool(value("enable_dynamic_shape"))
-    return DecoderShapes(value("get_max_context_len"), value("get_max_seq_len"), "dynamic" if dynamic else "enumerated")
+    context, chunk, verify_len = value("get_max_context_len"), value("get_max_seq_len"), value("get_verify_len") or 0
+    if chunk is None or context is None:
+        raise verify.UnsupportedProgram(f"{pte} has no get_max_seq_len/get_max_context_len: not an LLM runner's .pte")
+    if bool(value("enable_dynamic_shape")):  # the host form's dynamic T, or the device form's bounded T: the same calls
+        return DecoderShapes(context, chunk, "dynamic", verify_len=verify_len)
+    if isinstance(pte, (str, os.PathLike)) and "prefill" in verify.method_names(pte, data_path):
+        return DecoderShapes(context, chunk, target="device", device_shapes="static", verify_len=verify_len)
+    return DecoderShapes(context, chunk, "enumerated", verify_len=0)

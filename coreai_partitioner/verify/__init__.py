@@ -16,7 +16,7 @@
 """
 
 from coreai_partitioner.verify.report import OutputComparison, Report, check, compare, default_tolerances
-from coreai_partitioner.verify.execution import PteWithData, UnsupportedProgram, clear_cache, compiled_assets, reset_state, run
+from coreai_partitioner.verify.execution import PteWithData, UnsupportedProgram, clear_cache, compiled_assets, method_names, reset_state, run
 from coreai_partitioner.verify.quantized import QuantizedReport, check_quantized
 
 __all__ = [
@@ -32,5 +32,6 @@ __all__ = [
     "compiled_assets",
     "default_tolerances",
     "reset_state",
+    "method_names",
     "run",
 ]

@@ -207,11 +207,9 @@ def _pte_digest(pte: bytes | str | os.PathLike) -> str:
     return _file_digests[key]
 
 
-def _run_pte(
-    pte: bytes | Path, inputs: Sequence[Any], method: str, sidecar_dir: Any, data_path: Any = None
-) -> tuple[torch.Tensor, ...]:
-    """Run a method of a ``.pte`` (bytes, or a path read only when first loaded) in ExecuTorch's runtime,
-    Core AI delegates on the host backend."""
+def _loaded(pte: bytes | Path, sidecar_dir: Any, data_path: Any = None) -> Any:
+    """The ``.pte`` (bytes, or a path read only when first loaded) loaded in ExecuTorch's runtime, once per process
+    (:func:`reset_state` drops it), Core AI delegates on the host backend."""
     from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime
 
     key = _pte_digest(pte) + (f"+{os.path.realpath(data_path)}" if data_path is not None else "")
@@ -223,6 +221,16 @@ def _run_pte(
         except RuntimeError as error:
             raise UnsupportedProgram(f"ExecuTorch's runtime cannot load this .pte: {error}") from error
         _programs[key] = program
+    return program
+
+
+def _run_pte(
+    pte: bytes | Path, inputs: Sequence[Any], method: str, sidecar_dir: Any, data_path: Any = None
+) -> tuple[torch.Tensor, ...]:
+    """Run a method of a ``.pte`` in ExecuTorch's runtime, Core AI delegates on the host backend."""
+    from coreai_partitioner.backends.apple_coreai.runtime import host as host_runtime
+
+    program = _loaded(pte, sidecar_dir, data_path)
     if method not in program.method_names:
         raise UnsupportedProgram(f"the .pte has no method {method!r}; it has {', '.join(sorted(program.method_names))}")
     host_runtime.clear_last_error()
@@ -285,6 +293,13 @@ def run(
         f"cannot run a {type(program).__name__}: pass what to_edge_transform_and_lower "
         "returned, its to_executorch() result, or a .pte (bytes or path)"
     )
+
+
+def method_names(pte: str | os.PathLike, data_path: str | os.PathLike | None = None) -> set[str]:
+    """The methods of a ``.pte`` at a path (constant methods included), loaded as :func:`run` loads it."""
+    path = Path(pte)
+    data_path = data_path if data_path is not None else data_file_of(pte)
+    return set(_loaded(path, path.parent, data_path).method_names)
 
 
 def reset_state(program: Any = None) -> None:

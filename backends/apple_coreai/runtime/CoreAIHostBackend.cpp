@@ -10,8 +10,9 @@
  *         gathers the asset from the program's named data (inline, each
  *         file's size checked against the manifest) or the sidecar directory,
  *         and has the Python side check the bundle's digest, compile it and
- *         create the delegate's state (mutable buffers the delegate owns).  The state lives with the handle, so
- *         it carries from call to call and two loads never share it.
+ *         create the delegate's state (mutable buffers the delegate owns).  The state lives with the loaded
+ *         program, one per asset there (the functions of one asset share it, as Core AI's do), so it carries
+ *         from call to call and two loads never share it.
  * execute checks every input against the delegate's signature (count,
  *         dtype, rank, static sizes) before coreai-core sees it, runs the
  *         delegate, resizes dynamic outputs and copies the results out.
@@ -238,6 +239,7 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
 
     CoreAIHostLoadRequest request{};
     request.method = method;
+    request.program = program_identity(context.get_named_data_map());
     request.manifest_json = manifest_json.c_str();
     request.manifest_nbytes = static_cast<int64_t>(manifest_json.size());
 
@@ -491,6 +493,23 @@ class CoreAIHostBackend final : public ::executorch::ET_RUNTIME_NAMESPACE::Backe
     *asset_dir = real_asset;
     *asset_root = real_root;
     return Error::Ok;
+  }
+
+  /* What tells one loaded program from another, whichever of its methods asks: its named data keys are one
+   * object per loaded program, and a method's map (merged with a .ptd's per method) hands out the same key
+   * strings; a map with no keys is its own identity. */
+  static const void* program_identity(const NamedDataMap* named_data) {
+    if (named_data == nullptr) {
+      return nullptr;
+    }
+    auto count = named_data->get_num_keys();
+    if (count.ok() && count.get() > 0) {
+      auto key = named_data->get_key(0);
+      if (key.ok()) {
+        return key.get();
+      }
+    }
+    return named_data;
   }
 
   static Error check_initial_state(const InitialState& state, uint64_t file_bytes, const char* name) {

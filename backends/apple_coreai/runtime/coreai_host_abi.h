@@ -47,6 +47,9 @@ typedef struct {
   const char* asset_root; /* its <hash>/ directory */
   const CoreAIHostFile* files;
   int64_t num_files;
+  /* One value per loaded program (NULL where none can be told): the delegates of one asset in one program
+   * share one Core AI state, as the functions of one Core AI program do (forward and verify). */
+  const void* program;
 } CoreAIHostLoadRequest;
 
 /* Compiles the asset and creates the delegate's state.  Returns an id > 0

@@ -19,7 +19,8 @@ The boundary, one delegate at a time:
   compiles the asset and creates the delegate's state: mutable buffers it
   took over, starting from the initial values the ``.pte`` ships
   (:mod:`coreai_partitioner.backends.apple_coreai.initial_state`).
-  The state belongs to that loaded method and carries from call to call.
+  The state belongs to that loaded program, shared by the delegates of one asset's functions in it (a text
+  decoder's ``forward`` and ``verify``: :data:`_states`), and carries from call to call.
 * ``execute`` (C++) checks every input against the signature :func:`_signature`
   reported; :func:`_run` views the inputs without copying (the views are kept
   while ExecuTorch passes the same tensors, which a loaded method does), runs
@@ -205,6 +206,7 @@ class _LoadRequest(ctypes.Structure):
         ("asset_root", ctypes.c_char_p),
         ("files", ctypes.POINTER(_File)),
         ("num_files", ctypes.c_int64),
+        ("program", ctypes.c_void_p),
     ]
 
 
@@ -416,7 +418,7 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
         initial = initial_values(manifest, lambda path: bytes(files[path]))
     try:
         asset.bind(manifest["input_names"], manifest["output_names"])
-        state = _new_state(asset, initial, manifest)
+        state = _program_state(manifest["hash"], request.program, asset, lambda: _new_state(asset, initial, manifest))
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
     except BaseException:
         _close_shared(asset)
@@ -597,9 +599,37 @@ def _address(array: np.ndarray) -> int:
         return array.ctypes.data
 
 
+#: The Core AI state of each asset in each loaded program ((hash, program) -> [state, delegates]): the delegates
+#: of one asset's functions in one program share it, as a Core AI program's functions share its state (a text
+#: decoder's forward and verify read and write one KV cache).  Two loads, or a base and its adapters, never do.
+_states: dict[tuple[str, int], list[Any]] = {}
+
+
+def _program_state(asset_hash: str, program: int | None, asset: LoadedAsset, new: Any) -> dict[str, Any]:
+    """The state of ``asset`` in the loaded ``program``: the one its other functions there use, or ``new()``'s."""
+    if not program or not asset.state_names:
+        return new()
+    entry = _states.get((asset_hash, program))
+    if entry is None or set(entry[0]) != set(asset.state_names):
+        entry = _states[(asset_hash, program)] = [new(), 0]
+    entry[1] += 1
+    return entry[0]
+
+
+def _release_state(state: dict[str, Any]) -> None:
+    """One delegate less on a shared ``state``; forgotten with the last."""
+    for key, entry in list(_states.items()):
+        if entry[0] is state:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _states[key]
+            return
+
+
 def _release(delegate_id: int) -> None:
     delegate = _delegates.pop(delegate_id, None)
     if delegate is not None:
+        _release_state(delegate.state)
         try:
             _close_shared(delegate.asset)
         except Exception:  # noqa: BLE001 - destroy cannot fail

@@ -35,7 +35,7 @@ class ShortConv(Recurrent):
     def forward(self, x: torch.Tensor, step) -> torch.Tensor:
         m = self.module
         gate, carry, value = m.in_proj(x).transpose(-1, -2).chunk(3, dim=-2)
-        out = carry * causal_conv(m.conv, self.conv_state, gate * value, step)
+        out = carry * causal_conv(m.conv, self.conv_state, gate * value, step, self.stash("conv_state"))
         return m.out_proj(out.transpose(-1, -2))
 
 

@@ -338,3 +338,69 @@ def speculative_decode(
     if drafter is not None:
         stats.draft_calls = drafter.calls
     return stats
+
+
+def chat_or_raw(tokenizer_dir: str | os.PathLike, prompt: str, raw: bool) -> str:
+    """``prompt`` in the chat template of the tokenizer in ``tokenizer_dir`` (as an instruct model's user expects),
+    or as it is with ``raw`` or where the tokenizer has no template."""
+    if raw or not os.path.isdir(tokenizer_dir):
+        return prompt
+    from transformers import AutoTokenizer
+
+    from coreai_partitioner.console import NativeStreams
+
+    try:
+        with NativeStreams():
+            hf_tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    except (OSError, ValueError):
+        return prompt
+    if not getattr(hf_tokenizer, "chat_template", None):
+        return prompt
+    messages = [{"role": "user", "content": prompt}]
+    return hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def generate(
+    pte: str | os.PathLike,
+    tokenizer: str | os.PathLike,
+    prompt: str,
+    *,
+    max_new_tokens: int,
+    speculate: str | None = None,
+    draft_len: int | None = None,
+    data_path: str | os.PathLike | None = None,
+    raw: bool = False,
+    on_text: Callable[[str], None] | None = None,
+) -> tuple[str, Stats]:
+    """``prompt`` (in the tokenizer's chat template unless ``raw``) to text through ``pte``'s methods in
+    ExecuTorch's runtime, greedily, with the drafter ``speculate`` names (:func:`drafter_for`) or none;
+    the text (EOS left out) and the :class:`Stats`.  ``tokenizer`` is a checkpoint directory or a tokenizer file."""
+    from coreai_partitioner.text_decoder.tokenizer import find
+    from coreai_partitioner.text_generation.generate import eos_ids_of
+    from coreai_partitioner.text_generation.text import TokenText
+
+    tokenizer_file = find(tokenizer) if os.path.isdir(tokenizer) else tokenizer
+    if tokenizer_file is None:
+        raise SpeculationError(f"--tokenizer {tokenizer}: no tokenizer file there (tokenizer.json, tokenizer.model, ...)")
+    pieces: list[str] = []
+
+    def said(text: str) -> None:
+        pieces.append(text)
+        if on_text is not None:
+            on_text(text)
+
+    text = TokenText(tokenizer_file, said)
+    ids = text.encode(chat_or_raw(tokenizer, prompt, raw))
+    eos = eos_ids_of(pte)
+    target = Target(pte, data_path)
+    drafter = drafter_for(speculate, eos_ids=eos, data_path=None) if speculate else None
+    if isinstance(drafter, DraftModel):
+        drafter.check_against(target)
+
+    def feed(token: int) -> None:
+        if token not in eos:
+            text.feed(token)
+
+    stats = speculative_decode(target, ids, max_new_tokens, drafter, draft_len=draft_len, eos_ids=eos, on_token=feed)
+    text.close()
+    return "".join(pieces), stats

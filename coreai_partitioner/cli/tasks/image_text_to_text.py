@@ -142,7 +142,8 @@ def settle(args: argparse.Namespace, config: Any) -> VisionPlan:
             )
         chunk = min(chunk, window)
     try:
-        shapes = DecoderShapes(context, chunk, "dynamic", args.target)
+        # No verify method: MultimodalRunner's text_decoder is the only call (and its rings need no spare slots).
+        shapes = DecoderShapes(context, chunk, "dynamic", args.target, verify_len=0)
     except ValueError as error:
         raise CommandError(str(error)) from None
     check_config(config, shapes)

@@ -272,12 +272,16 @@ def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
     logits = f"{'every position' if plan.args.full_logits else 'last position'}'s logits"
     if shapes.device:
         for method, length in shapes.methods().items():
-            print(f"  {method}: {len(pte.coreai_delegates(method))} CoreAIBackend delegate(s); "
-                  + (f"T = {length}" if length else f"T bounded, 1 to {shapes.prefill_chunk}")
-                  + f", context {shapes.max_context_len}, {logits}")
+            if method != "verify":
+                print(f"  {method}: {len(pte.coreai_delegates(method))} CoreAIBackend delegate(s); "
+                      + (f"T = {length}" if length else f"T bounded, 1 to {shapes.prefill_chunk}")
+                      + f", context {shapes.max_context_len}, {logits}")
     else:
         print(f"  forward: {len(pte.coreai_delegates('forward'))} Core AI delegate; T {shapes.mode} up to "
               f"{shapes.prefill_chunk}, context {shapes.max_context_len}, {logits}")
+    if shapes.verify_tokens:
+        print(f"  verify: T = {shapes.verify_tokens} (the last token and up to {shapes.verify_tokens - 1} drafts), "
+              "every position's logits, over forward's caches (generate-text --speculate)")
 
 
 def check(plan: TextPlan, path: Path, verified: Any, eager: Any) -> Any:

@@ -161,6 +161,12 @@ def exported(model_type: str, target: str, tmp_path) -> str:
     return str(save_pte(lowered, tmp_path / f"{model_type}_{target}.pte"))
 
 
+@pytest.fixture(scope="module")
+def llama_draft(tmp_path_factory) -> str:
+    """A draft model of the tiny configs' vocabulary: tiny Llama's host form."""
+    return exported("llama", "host", tmp_path_factory.mktemp("draft"))
+
+
 FAMILIES = [
     ("llama", "host"), ("llama", "device"),
     ("mistral", "host"), ("mistral", "device"),  # every layer slides
@@ -178,13 +184,12 @@ FAMILIES = [
     "model_type, target",
     ci_sample(FAMILIES, [("mistral", "device"), ("qwen3_5_text", "host"), ("lfm2", "device")], several_names=True),
 )
-def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_type, target, tmp_path):
+def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_type, target, tmp_path, llama_draft):
     pte = exported(model_type, target, tmp_path)
-    draft = exported("llama", "host", tmp_path) if model_type != "llama" else pte
     runtime = Target(pte)
     greedy = speculative_decode(runtime, PROMPT, NEW_TOKENS, None, eos_ids=())
     assert greedy.target_calls == NEW_TOKENS
-    for drafter in (PromptLookup(), Lookahead(), DraftModel(draft), EagerDraft(greedy.tokens)):
+    for drafter in (PromptLookup(), Lookahead(), DraftModel(llama_draft), EagerDraft(greedy.tokens)):
         speculated = speculative_decode(runtime, PROMPT, NEW_TOKENS, drafter, eos_ids=())
         assert speculated.tokens == greedy.tokens, type(drafter).__name__
         assert speculated.target_calls <= NEW_TOKENS
@@ -192,10 +197,10 @@ def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_ty
 
 
 @pytest.mark.slow
-def test_generate_text_speculates_to_greedys_tokens_in_fewer_calls_and_writes_its_stats(tmp_path):
+def test_generate_text_speculates_to_greedys_tokens_in_fewer_calls_and_writes_its_stats(tmp_path, llama_draft):
     from coreai_partitioner.cli.main import main
 
-    pte = exported("llama", "host", tmp_path)
+    pte = llama_draft
     text_generation.byte_tokenizer(tiny("llama").config).save(str(tmp_path / "tokenizer.json"))
     common = [pte, "--tokenizer", str(tmp_path / "tokenizer.json"), "--prompt", "abcabcabcabc", "--max-new-tokens", "30"]
     assert main(["generate-text", *common, "--stats-json", str(tmp_path / "greedy.json")]) == 0
@@ -208,10 +213,10 @@ def test_generate_text_speculates_to_greedys_tokens_in_fewer_calls_and_writes_it
 
 
 @pytest.mark.slow
-def test_forward_and_verify_share_one_state_in_a_loaded_program_and_two_loads_do_not(tmp_path):
+def test_forward_and_verify_share_one_state_in_a_loaded_program_and_two_loads_do_not(llama_draft):
     from coreai_partitioner.backends.apple_coreai.runtime import host
 
-    pte = exported("llama", "host", tmp_path)
+    pte = llama_draft
     first, second = host.load_program(pte), host.load_program(pte)
     prompt = torch.tensor([PROMPT])
     for program in (first, second):

@@ -163,7 +163,7 @@ def test_the_shared_primitives_take_no_family_option():
     from coreai_partitioner.blocks import Attention, Block, GatedDeltaNet, GatedMLP, MoE
 
     general = {
-        Attention: {"path", "shape", "q", "k", "v", "o", "context", "dtype", "scale", "q_norm", "k_norm", "rope", "rope_dims", "window"},
+        Attention: {"path", "shape", "q", "k", "v", "o", "context", "dtype", "scale", "q_norm", "k_norm", "rope", "rope_dims", "window", "spare"},
         MoE: {"router", "gate_up", "down", "top_k", "renormalize", "act"},
         Block: {"mixer", "mlp", "pre_attn", "post_attn", "pre_mlp", "post_mlp"},
         GatedMLP: {"act", "gate", "up", "down"},

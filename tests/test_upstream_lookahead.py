@@ -72,6 +72,24 @@ def seeded_ngram_caches(tokens: Sequence[int], ngram: int, size: int):
     return caches
 
 
+def branches(manager, options: dict) -> list[list[int]]:
+    """Each input row's chain (the rows it attends, itself last, in position order) where the mask lets the row see
+    itself, ``[]`` for padding; raises where a chain is not one row a position from ``manager.pos`` (RoPE rows) or
+    not a tree's (a row's chain ends in its parent's)."""
+    ((cache_len, mask),) = options["masks"].items()  # one cache length: every layer global
+    sees = mask[0, :, cache_len:] == 0
+    position = manager.pos
+    chains = [sees[row].nonzero().flatten().tolist() if sees[row, row] else [] for row in range(len(sees))]
+    for chain in chains:
+        if chain and not torch.equal(
+            options["freqs_cos_override"][chain], manager.freqs_cos[position : position + len(chain)]
+        ):
+            raise ValueError(f"rows {chain} of lookahead_decode's call are not at positions {position} on")
+        if any(chains[row] != chain[: depth + 1] for depth, row in enumerate(chain)):
+            raise ValueError(f"rows {chain} of lookahead_decode's call are not a branch of one tree")
+    return chains
+
+
 class ChainVerify:
     """``lookahead_decode``'s ``model`` answered by one ``verify(tokens, input_pos)`` call a step at the manager's
     position.
@@ -94,49 +112,22 @@ class ChainVerify:
 
     def chain_length(self, options: dict) -> int:
         """The rows of the call's one chain; raises where the mask is a tree a causal-by-position call cannot serve."""
-        length = self.manager.input_len
-        for cache_len, mask in options["masks"].items():
-            sees = mask[0, :, cache_len:] == 0  # [input_len, input_len]: row r attends input row c
-            rows = int(sees.diagonal().sum())
-            causal = torch.ones(rows, rows, dtype=torch.bool).tril()
-            if not (bool(sees.diagonal()[:rows].all()) and torch.equal(sees[:rows, :rows], causal)):
-                raise ValueError(
-                    "lookahead_decode asked for a tree, not one chain (window_size > 0 or n_verifications > 1): its "
-                    "tokens share positions across branches and hide lower positions from higher ones, which a "
-                    "verify call attending causally by position cannot serve; use window_size=0, n_verifications=1"
-                )
-            length = min(length, rows)
-        return length
+        chains = [chain for chain in branches(self.manager, options) if chain]
+        if chains != [list(range(row + 1)) for row in range(len(chains))]:
+            raise ValueError(
+                "lookahead_decode asked for a tree, not one chain (window_size > 0 or n_verifications > 1): its "
+                "tokens share positions across branches and hide lower positions from higher ones, which a "
+                "verify call attending causally by position cannot serve; use window_size=0, n_verifications=1"
+            )
+        return len(chains)
 
     def __call__(self, tokens: torch.Tensor, options: dict) -> tuple[torch.Tensor, dict]:
         length = self.chain_length(options)
         position = self.manager.pos
-        table = self.manager.freqs_cos[position : position + length]
-        if not torch.equal(options["freqs_cos_override"][:length], table):
-            raise ValueError(f"lookahead_decode's RoPE rows are not positions {position}..{position + length - 1}")
-        positions = torch.arange(position, position + tokens.shape[1])
-        logits = self.verify(tokens.long(), positions).clone()
+        logits = self.verify(tokens.long(), torch.arange(position, position + tokens.shape[1])).clone()
         logits[:, length:] = torch.nan
         self.positions.append(position)
         return logits, {"out_cache_state": ({}, {})}
-
-
-def branches(manager, options: dict) -> list[list[int]]:
-    """Each input row's chain (the rows it attends, itself last, in position order) where the mask lets the row see
-    itself, ``[]`` for padding; raises where a chain is not one row a position from ``manager.pos`` (RoPE rows) or
-    not a tree's (a row's chain ends in its parent's)."""
-    ((cache_len, mask),) = options["masks"].items()  # one cache length: every layer global
-    sees = mask[0, :, cache_len:] == 0
-    position = manager.pos
-    chains = [sees[row].nonzero().flatten().tolist() if sees[row, row] else [] for row in range(len(sees))]
-    for chain in chains:
-        if chain and not torch.equal(
-            options["freqs_cos_override"][chain], manager.freqs_cos[position : position + len(chain)]
-        ):
-            raise ValueError(f"rows {chain} of lookahead_decode's call are not at positions {position} on")
-        if any(chains[row] != chain[: depth + 1] for depth, row in enumerate(chain)):
-            raise ValueError(f"rows {chain} of lookahead_decode's call are not a branch of one tree")
-    return chains
 
 
 class BranchVerify:

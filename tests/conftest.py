@@ -74,6 +74,9 @@ HEAVIEST_FIRST = (
     "test_real_quantized.py",  # 370 s, in the benchmark tier
     "test_llm_families.py",  # 260 s
     "test_vision.py",  # 140 s in one process
+    "test_speculative_real.py",  # the real SmolLM2 exported, ten prompts decoded three ways
+    "test_speculative.py",  # three families through the runtime, every family eagerly
+    "test_upstream_lookahead.py",  # 150 s: two lowerings, ExecuTorch's lookahead_decode over them
     "test_speech.py",  # 270 s in one process at a load of 3 here: Whisper base exported twice, four encoder calls
     "test_transformers_rc1.py",
     "test_text2text.py",  # 50 s in one process: five lowerings, one in transformers 5.0.0rc1's process

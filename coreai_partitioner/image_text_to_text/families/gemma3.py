@@ -62,7 +62,7 @@ class ImageBlocks:
 
     def ring_cache(self, size, key_cache, value_cache, k, v):
         keys, values, mask = super().ring_cache(size, key_cache, value_cache, k, v)  # the ring's keys, then the call's
-        return keys, values, self.with_own(mask, size, ("ring", size))
+        return keys, values, self.with_own(mask, key_cache.shape[2], ("ring", size))  # the ring's slots, then the call's
 
     def with_own(self, mask: torch.Tensor, before: int, key: tuple) -> torch.Tensor:
         """``mask`` [1, 1, T, before + T] (``before`` cache keys, then the call's own) with :meth:`later_images`

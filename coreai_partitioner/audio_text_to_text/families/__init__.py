@@ -8,6 +8,7 @@ A family module defines:
   :func:`coreai_partitioner.text_decoder.adapt`'s, of the text model's own family);
 - ``check(config, shapes)``: what the family refuses in a config, from the
   config alone (before any weights are loaded);
+- ``prompt_ids(tokenizer, config, windows, text)``: the prompt of the audio then ``text``, as the processor makes it;
 - ``window(config) -> (bins, frames)`` and ``audio_tokens(config)``: the
   features one ``audio_encoder`` call takes and how many embeddings it returns;
 - ``tiny_config(model_type)`` and ``tiny_processor(config)``: a random

@@ -148,3 +148,17 @@ def tiny_processor(config: Any) -> Any:
 
     special = {AUDIO_TOKEN_ID: "[AUDIO]", AUDIO_TOKEN_ID + 1: "[BEGIN_AUDIO]", 3: "[INST]", 4: "[/INST]"}
     return WhisperFeatureExtractor(feature_size=config.audio_config.num_mel_bins), tiny_tokenizer(config, special)
+
+
+def prompt_ids(tokenizer: Any, config: Any, windows: int, text: str) -> list[int]:
+    """Voxtral's chat prompt of one user turn, the audio then ``text``: ``<s>[INST][BEGIN_AUDIO]`` then ``[AUDIO]``
+    375 times a window, the text, ``[/INST]`` (what mistral-common's ``apply_chat_template`` makes of it)."""
+    special = tokenizer.convert_tokens_to_ids(["[INST]", "[BEGIN_AUDIO]", "[/INST]"])
+    if any(i is None or i == tokenizer.unk_token_id for i in special):
+        raise UnsupportedAudioConfig(
+            config.model_type, "tokenizer", "without [INST], [BEGIN_AUDIO] and [/INST]", "Voxtral's tokenizer (tekken's special tokens)"
+        )
+    inst, begin, end = special
+    bos = config.get_text_config().bos_token_id
+    audio = [config.audio_token_id] * (audio_tokens(config) * windows)
+    return [bos, inst, begin, *audio, *tokenizer(text, add_special_tokens=False)["input_ids"], end]

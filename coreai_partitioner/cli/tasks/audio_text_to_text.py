@@ -164,36 +164,32 @@ def dry_run(plan: AudioPlan) -> None:
     print(f"  would write {plan.args.out}")
 
 
-def processor(plan: AudioPlan) -> tuple[Any, Any]:
-    """The feature extractor and tokenizer: the checkpoint's, or the tiny config's."""
+def tokenizer_of(plan: AudioPlan) -> Any:
+    """The tokenizer the prompt is laid out with: the checkpoint's, or the tiny config's."""
     if not plan.args.checkpoint:
-        return plan.family.tiny_processor(plan.config)
-    from transformers import AutoFeatureExtractor, AutoTokenizer
+        return plan.family.tiny_processor(plan.config)[1]
+    from transformers import AutoTokenizer
 
     try:
-        return (
-            AutoFeatureExtractor.from_pretrained(plan.args.checkpoint, local_files_only=True),
-            AutoTokenizer.from_pretrained(plan.args.checkpoint, local_files_only=True),
-        )
+        return AutoTokenizer.from_pretrained(plan.args.checkpoint, local_files_only=True)
     except (OSError, ValueError, ImportError) as error:
-        raise CommandError(f"--verify and --audio need the checkpoint's feature extractor and tokenizer: {error}") from None
+        raise CommandError(f"--verify and --audio need the checkpoint's tokenizer, which transformers cannot load: {error}") from None
 
 
 def prompt_segments(plan: AudioPlan, text: str | None) -> tuple[torch.Tensor, list[int], list]:
-    """``input_features``, the prompt's ids and the runner's segments for ``--audio`` (a seeded noise without it)
-    and ``text``."""
+    """``input_features`` (the windows, computed as an app computes them: :func:`log_mel_windows` with the
+    checkpoint's feature settings), the prompt's ids and the runner's segments for ``--audio`` (a seeded noise
+    without it) and ``text``."""
     from coreai_partitioner.audio_text_to_text.run import runner_inputs
+    from coreai_partitioner.speech_recognition.features import FeatureSettings, log_mel_windows
 
-    extractor, tokenizer = processor(plan)
+    bins, _ = plan.family.window(plan.config)
+    settings = FeatureSettings.read(plan.args.checkpoint, n_mels=bins) if plan.args.checkpoint else FeatureSettings(n_mels=bins)
     samples = plan.samples
     if samples is None:
         samples = (np.random.default_rng(0).standard_normal(16000 * 5) * 0.05).astype(np.float32)
-    features = extractor(
-        samples, sampling_rate=16000, return_tensors="pt", padding=True, pad_to_multiple_of=30 * 16000, truncation=False
-    )["input_features"]
-    bins, frames = plan.family.window(plan.config)
-    features = features.reshape(bins, -1, frames).transpose(0, 1)  # the windows, as VoxtralProcessor cuts them
-    ids = plan.family.prompt_ids(tokenizer, plan.config, features.shape[0], text or DEFAULT_PROMPT)
+    features = log_mel_windows(samples, settings)
+    ids = plan.family.prompt_ids(tokenizer_of(plan), plan.config, features.shape[0], text or DEFAULT_PROMPT)
     segments = runner_inputs([ids], features, plan.config.audio_token_id, plan.family.audio_tokens(plan.config))
     return features, ids, segments
 

@@ -280,3 +280,24 @@ def test_optimum_executorchs_multimodal_model_exports_voxtral_with_the_coreai_re
     assert result["transformers"] == "5.0.0rc1"
     assert {"audio_encoder", "token_embedding", "text_decoder", "modality", "audio_token_id", "get_eos_id"} <= set(result["methods"])
     assert len(result["hf"]) == NEW_TOKENS and result["optimum"] == result["hf"]
+
+
+@pytest.mark.slow
+def test_the_command_exports_a_tiny_voxtral_verifies_it_and_answers_about_a_recording_through_multimodal_runner(tmp_path):
+    import subprocess
+    import sys
+    import wave
+
+    path = tmp_path / "talk.wav"
+    with wave.open(str(path), "wb") as file:
+        file.setnchannels(1), file.setsampwidth(2), file.setframerate(16000)
+        file.writeframes((recording(seconds_apart=27.0) * 32767).astype("<i2").tobytes())
+    out = tmp_path / "out" / "model.pte"
+    done = subprocess.run(
+        [sys.executable, "-m", "coreai_partitioner", "export", "--config", "voxtral", "--audio", str(path), "--prompt",
+         PROMPT, "--verify", "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "\n  same" in done.stdout and "talk.wav (2 window(s)), 'What is said?' -> '" in done.stdout
+    assert {p.name for p in out.parent.iterdir()} == {"model.pte", "tokenizer.json", "preprocessor_config.json"}

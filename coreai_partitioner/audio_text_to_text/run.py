@@ -55,7 +55,7 @@ def runner_inputs(input_ids: Any, input_features: torch.Tensor, audio_token_id: 
     """
     ids = torch.as_tensor(input_ids)
     ids = (ids[0] if ids.dim() == 2 else ids).tolist()
-    windows = [] if input_features is None else list(input_features.reshape(-1, *input_features.shape[-2:]))
+    windows = [] if input_features is None else list(input_features.reshape(-1, *input_features.shape[-2:]).contiguous())
     segments: list[Segment] = []
     text: list[int] = []
     index = used = 0

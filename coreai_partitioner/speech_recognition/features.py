@@ -180,4 +180,4 @@ def log_mel_windows(audio: np.ndarray, settings: FeatureSettings = FeatureSettin
     mel = torch.from_numpy(mel_filters(settings)).to(torch.float32).T @ power
     log_spec = torch.clamp(mel, min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).reshape(settings.n_mels, windows, settings.n_frames).transpose(0, 1)
+    return ((log_spec + 4.0) / 4.0).reshape(settings.n_mels, windows, settings.n_frames).transpose(0, 1).contiguous()

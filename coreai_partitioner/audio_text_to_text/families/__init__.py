@@ -34,6 +34,9 @@ NOT_LOWERED = {
     "gemma3n": "its USM conformer audio encoder and the per-layer embeddings of its decoder",
     "kyutai_speech_to_text": "its Mimi codec encoder (streaming audio tokens, not log-mel features)",
     "qwen2_5_omni": "its thinker-talker split and the talker's audio decoder",
+    # Its decoder (Qwen2) is lowered; its encoder masks each recording's padding and returns as many embeddings as
+    # the recording is long, a length the runner's audio input (features only) does not carry.
+    "qwen2_audio": "length-masked encoder (as many embeddings as the recording is long, a length MultimodalRunner's audio input does not carry)",
 }
 
 

@@ -56,30 +56,10 @@ def runner_inputs(input_ids: Any, input_features: torch.Tensor, audio_token_id: 
     ids = torch.as_tensor(input_ids)
     ids = (ids[0] if ids.dim() == 2 else ids).tolist()
     windows = [] if input_features is None else list(input_features.reshape(-1, *input_features.shape[-2:]).contiguous())
-    segments: list[Segment] = []
-    text: list[int] = []
-    index = used = 0
-    while index < len(ids):
-        if ids[index] != audio_token_id:
-            text.append(ids[index])
-            index += 1
-            continue
-        run = ids[index : index + audio_tokens]
-        if len(run) < audio_tokens or any(t != audio_token_id for t in run):
-            raise UnsupportedAudio(f"a run of audio placeholders at token {index} is not a whole window of {audio_tokens} tokens")
-        if used == len(windows):
-            raise UnsupportedAudio(f"the prompt has more audio windows than input_features ({len(windows)})")
-        if text:
-            segments.append(Segment(tokens=tuple(text)))
-            text = []
-        segments.append(Segment(features=windows[used]))
-        used += 1
-        index += audio_tokens
-    if text:
-        segments.append(Segment(tokens=tuple(text)))
-    if used != len(windows):
-        raise UnsupportedAudio(f"input_features holds {len(windows)} windows and the prompt places {used}")
-    return segments
+    pieces = multimodal.split_prompt(
+        ids, windows, audio_token_id, audio_tokens, what="audio window", source="input_features", error=UnsupportedAudio
+    )
+    return [Segment(tokens=piece) if isinstance(piece, tuple) else Segment(features=piece) for piece in pieces]
 
 
 def check_features(features: torch.Tensor, window: tuple[int, int]) -> None:

@@ -56,30 +56,8 @@ def runner_inputs(processed: Any, image_token_id: int, image_tokens: int) -> lis
     ids = (ids[0] if ids.dim() == 2 else ids).tolist()
     pixels = processed.get("pixel_values")
     images = [] if pixels is None else list(pixels.reshape(-1, *pixels.shape[-3:]))
-    segments: list[Segment] = []
-    text: list[int] = []
-    index = used = 0
-    while index < len(ids):
-        if ids[index] != image_token_id:
-            text.append(ids[index])
-            index += 1
-            continue
-        run = ids[index : index + image_tokens]
-        if len(run) < image_tokens or any(t != image_token_id for t in run):
-            raise UnsupportedImage(f"a run of image placeholders at token {index} is not a whole image of {image_tokens} tokens")
-        if used == len(images):
-            raise UnsupportedImage(f"the prompt has more images than pixel_values ({len(images)})")
-        if text:
-            segments.append(Segment(tokens=tuple(text)))
-            text = []
-        segments.append(Segment(pixels=images[used]))
-        used += 1
-        index += image_tokens
-    if text:
-        segments.append(Segment(tokens=tuple(text)))
-    if used != len(images):
-        raise UnsupportedImage(f"pixel_values holds {len(images)} images and the prompt places {used}")
-    return segments
+    pieces = multimodal.split_prompt(ids, images, image_token_id, image_tokens, what="image", source="pixel_values", error=UnsupportedImage)
+    return [Segment(tokens=piece) if isinstance(piece, tuple) else Segment(pixels=piece) for piece in pieces]
 
 
 def check_image(pixels: torch.Tensor, size: tuple[int, int]) -> None:

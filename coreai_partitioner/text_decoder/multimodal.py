@@ -226,6 +226,41 @@ class Segment(Protocol):
     def encoder_input(self) -> torch.Tensor: ...
 
 
+def split_prompt(
+    ids: Sequence[int], items: Sequence[Any], token_id: int, run: int, *, what: str, source: str, error: type[Exception]
+) -> list[tuple[int, ...] | Any]:
+    """A prompt's ids cut where ``items`` (an encoder's inputs, in order) go: text (a tuple of ids) between items,
+    an item for each run of ``run`` placeholders ``token_id``.
+
+    Refused with ``error``: a run of placeholders that is not a whole ``what``,
+    and more or fewer runs than ``items`` (``source`` names where they came from).
+    """
+    pieces: list[tuple[int, ...] | Any] = []
+    text: list[int] = []
+    index = used = 0
+    while index < len(ids):
+        if ids[index] != token_id:
+            text.append(ids[index])
+            index += 1
+            continue
+        placeholders = ids[index : index + run]
+        if len(placeholders) < run or any(t != token_id for t in placeholders):
+            raise error(f"a run of {what} placeholders at token {index} is not a whole {what} of {run} tokens")
+        if used == len(items):
+            raise error(f"the prompt places more of {what} than {source} holds ({len(items)})")
+        if text:
+            pieces.append(tuple(text))
+            text = []
+        pieces.append(items[used])
+        used += 1
+        index += run
+    if text:
+        pieces.append(tuple(text))
+    if used != len(items):
+        raise error(f"{source} holds {len(items)} of {what} and the prompt places {used}")
+    return pieces
+
+
 class Methods:
     """The methods of one program, called by name: ``call(method, *inputs) -> first output``."""
 

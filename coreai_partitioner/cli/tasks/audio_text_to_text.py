@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ import torch
 
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
+from coreai_partitioner.cli.task import Phases, Plan, describe_tokenizer, first_layers, partitioner_options, tokenizer_and_preprocessor, tokenizer_beside
 
 NAME = "audio-text-to-text"
 DETECT = Detection(
@@ -281,24 +280,14 @@ def check(plan: AudioPlan, path: Path, verified: Reference, eager: list[int] | N
 
 def companions(plan: AudioPlan, directory: Path) -> list[Path]:
     """The tokenizer and the feature extractor's settings: what a caller needs besides the .pte."""
-    from coreai_partitioner.text_decoder import tokenizer
 
-    args = plan.args
-    if not args.checkpoint:
-        extractor, tiny_tokenizer = plan.family.tiny_processor(plan.config)
-        tiny_tokenizer.backend_tokenizer.save(str(directory / "tokenizer.json"))
-        extractor.to_json_file(str(directory / "preprocessor_config.json"))
-        return [directory / "tokenizer.json", directory / "preprocessor_config.json"]
-    written = tokenizer.copy(plan.tokenizer, directory) if plan.tokenizer is not None else []
-    source = args.checkpoint / "preprocessor_config.json"
-    if source.is_file():
-        return [*written, copy_beside(source, directory)]
-    warnings.warn(
-        f"{args.checkpoint} has no preprocessor_config.json: a caller must compute the log-mel features itself "
-        "(the .pte's get_audio_window says their shape)",
-        stacklevel=2,
+    def tiny() -> tuple[Any, Any]:
+        extractor, tokenizer = plan.family.tiny_processor(plan.config)
+        return tokenizer, extractor
+
+    return tokenizer_and_preprocessor(
+        plan, directory, tiny, "a caller must compute the log-mel features itself (the .pte's get_audio_window says their shape)"
     )
-    return written
 
 
 # ---------------------------------------------------------------- running the .pte

@@ -146,24 +146,11 @@ def lower_audio_language(
     where both name one.  A dict passed as ``quantized_reference`` gets, under
     ``quantize``, each method's quantized eager program.
     """
-    from coreai_partitioner.lowering.methods import lower_methods
-    from coreai_partitioner.lowering.whole_program import decomposition_table
-    from coreai_partitioner.text_decoder.device import check_device
-
-    from coreai_partitioner.text_decoder.decoder import reset_state
+    from coreai_partitioner.text_decoder.multimodal import lower_embedded
 
     alm = alm if alm is not None else adapt(model, shapes)
-    reset_state(alm)  # the caches start empty whatever eager calls ran before (their values would ship as initial state)
-    if shapes.device:
-        check_device(alm.decoder, shapes.prefill_chunk)
-
-    def exported():
-        methods = export_methods(alm, shapes, decompositions=decomposition_table(), quantize=quantize)
-        if quantize and quantized_reference is not None:
-            quantized_reference.update({method: program.module() for method, (program, _) in methods.items()})
-        yield from methods.items()
-
-    return lower_methods(
-        exported(), device=shapes.device, constant_methods={**(metadata or {}), **runner_metadata(model, alm, shapes)},
-        bounded=shapes.prefill_chunk, **partitioner_options,
+    return lower_embedded(
+        alm, shapes, lambda decompositions: export_methods(alm, shapes, decompositions=decompositions, quantize=quantize),
+        constant_methods={**(metadata or {}), **runner_metadata(model, alm, shapes)}, quantize=quantize,
+        quantized_reference=quantized_reference, **partitioner_options,
     )

@@ -212,21 +212,11 @@ def lower_vlm(
     quantized eager program (``{method: GraphModule}``, what ``--verify``
     judges the ``.pte`` against; :meth:`.run.Methods.of` runs it).
     """
-    from coreai_partitioner.text_decoder.device import check_device
-    from coreai_partitioner.lowering.methods import lower_methods
-    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.text_decoder.multimodal import lower_embedded
 
     vlm = vlm if vlm is not None else adapt(model, shapes)
-    if shapes.device:
-        check_device(vlm.decoder, shapes.prefill_chunk)
-
-    def exported():
-        methods = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
-        if quantize and quantized_reference is not None:
-            quantized_reference.update({method: program.module() for method, (program, _) in methods.items()})
-        yield from methods.items()
-
-    return lower_methods(
-        exported(), device=shapes.device, constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
-        bounded=shapes.prefill_chunk, **partitioner_options,
+    return lower_embedded(
+        vlm, shapes, lambda decompositions: export_methods(vlm, shapes, decompositions=decompositions, quantize=quantize),
+        constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)}, quantize=quantize,
+        quantized_reference=quantized_reference, **partitioner_options,
     )

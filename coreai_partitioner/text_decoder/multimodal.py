@@ -215,6 +215,44 @@ def export_methods(
     return exported
 
 
+def lower_embedded(
+    model: EmbeddedDecoder,
+    shapes: Any,
+    export: Callable[[dict], dict[str, tuple]],
+    *,
+    constant_methods: dict[str, Any],
+    quantize: Any = None,
+    quantized_reference: dict | None = None,
+    **partitioner_options: Any,
+):
+    """A room's methods lowered in one ``to_backend`` call to one Core AI asset, ``constant_methods`` beside them.
+
+    ``export(decompositions)`` is the room's ``{method: (program, records)}``.
+    The caches are emptied first (eager calls before would ship their values
+    as the delegate's initial state); the device form's limits are checked
+    before any work.  A dict passed as ``quantized_reference`` gets, under
+    ``quantize``, each method's quantized eager program.
+    """
+    from coreai_partitioner.lowering.methods import lower_methods
+    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.text_decoder.decoder import reset_state
+    from coreai_partitioner.text_decoder.device import check_device
+
+    reset_state(model)
+    if shapes.device:
+        check_device(model.decoder, shapes.prefill_chunk)
+
+    def exported():
+        methods = export(decomposition_table())
+        if quantize and quantized_reference is not None:
+            quantized_reference.update({method: program.module() for method, (program, _) in methods.items()})
+        yield from methods.items()
+
+    return lower_methods(
+        exported(), device=shapes.device, constant_methods=constant_methods, bounded=shapes.prefill_chunk, **partitioner_options
+    )
+
+
 class Segment(Protocol):
     """One runner input: text ``tokens``, or an ``encoder`` method's ``encoder_input`` (with its batch dimension)."""
 

@@ -16,14 +16,14 @@ PACKAGE = ROOT / "coreai_partitioner"
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
 STAGES = (
     "root", "records", "backends", "partition", "quantize", "adapters", "lowering", "verify", "seq2seq", "blocks", "text_decoder",
-    "text_generation", "image_text_to_text", "speech_recognition", "text_to_speech", "text_to_image", "text2text",
+    "text_generation", "image_text_to_text", "audio_text_to_text", "speech_recognition", "text_to_speech", "text_to_image", "text2text",
     "text_encoder", "image_classification", "recipes", "cli",
 )
 
 #: A task's own room: what only it exports.  What two tasks share lives in a stage before them (``blocks/``,
 #: ``text_decoder/``, ``lowering/``), never in one task's room.
 TASK_ROOMS = (
-    "text_generation", "image_text_to_text", "speech_recognition", "text_to_speech", "text_to_image", "text2text",
+    "text_generation", "image_text_to_text", "audio_text_to_text", "speech_recognition", "text_to_speech", "text_to_image", "text2text",
     "text_encoder", "image_classification",
 )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,6 +194,26 @@ def forward_outputs(plan: Plan, lowered: Any, forward: Any, verified: Any) -> An
     from coreai_partitioner.verify.forward import outputs
 
     return outputs(forward, verified.inputs, plan.dtype)
+
+def tokenizer_and_preprocessor(plan: Plan, directory: Path, tiny: Any, without: str) -> list[Path]:
+    """A multimodal task's companions: the tokenizer and the checkpoint's ``preprocessor_config.json`` (what an app
+    prepares the runner's inputs with), or a tiny model's ``tiny() -> (tokenizer, preprocessor)``; ``without`` ends
+    the warning when the checkpoint has no preprocessor config.  The paths written."""
+    from coreai_partitioner.text_decoder import tokenizer
+
+    args = plan.args
+    if not args.checkpoint:
+        tiny_tokenizer, preprocessor = tiny()
+        tiny_tokenizer.backend_tokenizer.save(str(directory / "tokenizer.json"))
+        preprocessor.to_json_file(str(directory / "preprocessor_config.json"))
+        return [directory / "tokenizer.json", directory / "preprocessor_config.json"]
+    written = tokenizer.copy(plan.tokenizer, directory) if plan.tokenizer is not None else []
+    source = args.checkpoint / "preprocessor_config.json"
+    if source.is_file():
+        return [*written, copy_beside(source, directory)]
+    warnings.warn(f"{args.checkpoint} has no preprocessor_config.json: {without}", stacklevel=3)
+    return written
+
 
 def copy_beside(source: Path, directory: Path) -> Path:
     """``source`` copied into ``directory`` (nothing to do when it is there already); the copy's path."""

@@ -25,33 +25,12 @@ each segment's own length.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from coreai_partitioner.partition.boundaries import outside_delegate
-from coreai_partitioner.image_text_to_text.model import VisionLanguage
+from coreai_partitioner.text_decoder.multimodal import DeviceEmbeddedDecoder
 
 
-class DeviceVisionLanguage(nn.Module):
+class DeviceVisionLanguage(DeviceEmbeddedDecoder):
     """The device form's ``vision_encoder``, ``token_embedding`` and ``text_decoder`` over a :class:`~.model.VisionLanguage`."""
-
-    def __init__(self, model: VisionLanguage) -> None:
-        super().__init__()
-        self.model = model
-
-    @property
-    def width(self) -> int:
-        return self.model.width
 
     def vision_encoder(self, pixels: torch.Tensor) -> torch.Tensor:
         return self.model.vision_encoder(pixels)
-
-    def token_embedding(self, tokens: torch.Tensor) -> torch.Tensor:
-        with outside_delegate():
-            tokens = tokens.to(torch.float32)
-        return self.model.token_embedding(tokens.to(torch.int32))
-
-    def text_decoder(self, embeddings: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        with outside_delegate():
-            floats = positions.to(torch.float32)
-        hidden, image = self.model.split_flag(embeddings)
-        return self.model.decoder.run_embedded(hidden, self.model.device_step(floats, positions, image))

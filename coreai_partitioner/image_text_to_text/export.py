@@ -17,7 +17,6 @@ call) and its caches are the delegate's Core AI state, as an LLM's host form's.
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Any
 
 import torch
@@ -103,45 +102,13 @@ def check_device_windows(vlm: VisionLanguage, shapes: DecoderShapes) -> None:
     )
 
 
-class Method(nn.Module):
-    """One method of a :class:`~.model.VisionLanguage` as a module's ``forward``.
-
-    Every method is exported from the same module tree (``model.``), so a
-    weight has one name in every method's program and the shared asset
-    stores it once.
-    """
-
-    def __init__(self, model: nn.Module, method: str) -> None:
-        super().__init__()
-        self.model = model
-        self.method = method
-
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """``x`` the method's input (pixels, tokens, embeddings); ``positions`` the text decoder's."""
-        inputs = (x,) if positions is None else (x, positions)
-        return getattr(self.model, self.method)(*inputs)
-
-
 def samples(vlm: VisionLanguage, shapes: DecoderShapes) -> dict[str, tuple[tuple[torch.Tensor, ...], Any]]:
     """Each method's sample inputs and dynamic shapes: the image static, ``n`` and ``S`` from 1 to the chunk."""
+    from coreai_partitioner.text_decoder.multimodal import text_samples
+
     height, width = vlm.image_size
-    length = min(2, shapes.prefill_chunk)
-    dtype = vlm.decoder.dtype
     pixels = torch.zeros(1, 3, height, width, dtype=torch.float32)
-    tokens = torch.zeros(1, length, dtype=torch.long)
-    embeddings = torch.zeros(1, length, vlm.width, dtype=dtype)
-    positions = torch.arange(length)
-    if shapes.prefill_chunk > 1:
-        n = torch.export.Dim("n", min=1, max=shapes.prefill_chunk)
-        s = torch.export.Dim("S", min=1, max=shapes.prefill_chunk)
-        token_dims, decoder_dims = ({1: n},), ({1: s}, {0: s})
-    else:
-        token_dims = decoder_dims = None
-    return {
-        "vision_encoder": ((pixels,), None),
-        "token_embedding": ((tokens,), token_dims),
-        "text_decoder": ((embeddings, positions), decoder_dims),
-    }
+    return {"vision_encoder": ((pixels,), None), **text_samples(vlm, shapes.prefill_chunk)}
 
 
 def export_methods(
@@ -157,9 +124,9 @@ def export_methods(
     and of the tower and projector those that fit (:func:`tower_kept_float`).
     Each method's program is quantized by the same scheme, so a weight two
     methods read (the token embedding, a tied head) is the same compressed
-    tensor in both, stored once.
+    tensor in both, stored once (:func:`coreai_partitioner.text_decoder.multimodal.export_methods`).
     """
-    from coreai_partitioner.lowering.lower import export_with_composites
+    from coreai_partitioner.text_decoder import multimodal
 
     kept = tower_kept_float(vlm, quantize) if quantize else []
     methods: nn.Module = vlm
@@ -167,17 +134,11 @@ def export_methods(
         from coreai_partitioner.image_text_to_text.device import DeviceVisionLanguage
 
         methods = DeviceVisionLanguage(vlm)
-    prefix = "model." if methods is vlm else "model.model."  # the program names weights from Method's root
-    exported = {}
-    for method, (sample, dims) in samples(vlm, shapes).items():
-        with warnings.catch_warnings():
-            # Each method calls some of the model's composites: the others have no call site in its program, by design.
-            warnings.filterwarnings("ignore", message="No call sites found for externalized submodule")
-            exported[method] = export_with_composites(
-                Method(methods, method), sample, dynamic_shapes=dims, quantize=quantize,
-                keep_float=[prefix + path for path in kept], decompositions=decompositions, annotations=shapes.device,
-            )
-    return exported
+    prefix = "" if methods is vlm else "model."  # the program names weights from the methods' root
+    return multimodal.export_methods(
+        methods, samples(vlm, shapes), device=shapes.device, decompositions=decompositions, quantize=quantize,
+        keep_float=[prefix + path for path in kept],
+    )
 
 
 def tower_kept_float(vlm: VisionLanguage, scheme: Any) -> list[str]:
@@ -251,21 +212,11 @@ def lower_vlm(
     quantized eager program (``{method: GraphModule}``, what ``--verify``
     judges the ``.pte`` against; :meth:`.run.Methods.of` runs it).
     """
-    from coreai_partitioner.text_decoder.device import check_device
-    from coreai_partitioner.lowering.methods import lower_methods
-    from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.text_decoder.multimodal import lower_embedded
 
     vlm = vlm if vlm is not None else adapt(model, shapes)
-    if shapes.device:
-        check_device(vlm.decoder, shapes.prefill_chunk)
-
-    def exported():
-        methods = export_methods(vlm, shapes, decompositions=decomposition_table(), quantize=quantize)
-        if quantize and quantized_reference is not None:
-            quantized_reference.update({method: program.module() for method, (program, _) in methods.items()})
-        yield from methods.items()
-
-    return lower_methods(
-        exported(), device=shapes.device, constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)},
-        bounded=shapes.prefill_chunk, **partitioner_options,
+    return lower_embedded(
+        vlm, shapes, lambda decompositions: export_methods(vlm, shapes, decompositions=decompositions, quantize=quantize),
+        constant_methods={**(metadata or {}), **runner_metadata(model, vlm, shapes)}, quantize=quantize,
+        quantized_reference=quantized_reference, **partitioner_options,
     )

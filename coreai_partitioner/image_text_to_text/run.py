@@ -12,14 +12,17 @@ placeholders (a SmolVLM tile is an image of its own), text tokens, ...
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from coreai_partitioner.image_text_to_text.errors import UnsupportedImage
+from coreai_partitioner.text_decoder import multimodal
+from coreai_partitioner.text_decoder.multimodal import Methods, greedy, prefill
+
+__all__ = ["Methods", "Segment", "check_image", "generate", "greedy", "prefill", "runner_inputs"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,14 @@ class Segment:
     def is_image(self) -> bool:
         return self.pixels is not None
 
+    @property
+    def encoder(self) -> str | None:
+        """The method that embeds it: ``vision_encoder`` for an image, ``None`` for text (``token_embedding``)."""
+        return "vision_encoder" if self.is_image else None
+
+    def encoder_input(self) -> torch.Tensor:
+        return self.pixels.unsqueeze(0)
+
 
 def runner_inputs(processed: Any, image_token_id: int, image_tokens: int) -> list[Segment]:
     """The runner's inputs for a processor's output: text between images, an image per ``image_tokens`` placeholders.
@@ -45,30 +56,8 @@ def runner_inputs(processed: Any, image_token_id: int, image_tokens: int) -> lis
     ids = (ids[0] if ids.dim() == 2 else ids).tolist()
     pixels = processed.get("pixel_values")
     images = [] if pixels is None else list(pixels.reshape(-1, *pixels.shape[-3:]))
-    segments: list[Segment] = []
-    text: list[int] = []
-    index = used = 0
-    while index < len(ids):
-        if ids[index] != image_token_id:
-            text.append(ids[index])
-            index += 1
-            continue
-        run = ids[index : index + image_tokens]
-        if len(run) < image_tokens or any(t != image_token_id for t in run):
-            raise UnsupportedImage(f"a run of image placeholders at token {index} is not a whole image of {image_tokens} tokens")
-        if used == len(images):
-            raise UnsupportedImage(f"the prompt has more images than pixel_values ({len(images)})")
-        if text:
-            segments.append(Segment(tokens=tuple(text)))
-            text = []
-        segments.append(Segment(pixels=images[used]))
-        used += 1
-        index += image_tokens
-    if text:
-        segments.append(Segment(tokens=tuple(text)))
-    if used != len(images):
-        raise UnsupportedImage(f"pixel_values holds {len(images)} images and the prompt places {used}")
-    return segments
+    pieces = multimodal.split_prompt(ids, images, image_token_id, image_tokens, what="image", source="pixel_values", error=UnsupportedImage)
+    return [Segment(tokens=piece) if isinstance(piece, tuple) else Segment(pixels=piece) for piece in pieces]
 
 
 def check_image(pixels: torch.Tensor, size: tuple[int, int]) -> None:
@@ -82,108 +71,14 @@ def check_image(pixels: torch.Tensor, size: tuple[int, int]) -> None:
         )
 
 
-class Methods:
-    """The three methods of one program, called by name: ``call(method, *inputs) -> first output``."""
-
-    def __init__(self, call: Callable[..., torch.Tensor], reset: Callable[[], None] = lambda: None) -> None:
-        self.call = call
-        self.reset = reset
-
-    @classmethod
-    def of(cls, program: Any) -> Methods:
-        """The methods of an eager :class:`~.model.VisionLanguage`; of a quantized eager program (the
-        ``{method: GraphModule}`` that ``lower_vlm(..., quantized_reference=)`` fills, its weights expanded once,
-        in copies); of a lowered program (``EdgeProgramManager`` or its ``to_executorch()``) or a ``.pte`` (path or
-        bytes), run in ExecuTorch's runtime."""
-        from coreai_partitioner.image_text_to_text.model import VisionLanguage
-
-        if isinstance(program, dict):
-            import copy
-
-            from coreai_partitioner.text_decoder.decoder import reset_state
-            from coreai_partitioner.quantize.weight_forms import expand_weights
-
-            modules = {method: expand_weights(copy.deepcopy(module)) for method, module in program.items()}
-
-            def quantized(method: str, *inputs: torch.Tensor) -> torch.Tensor:
-                with torch.no_grad():
-                    return modules[method](*inputs)
-
-            def reset() -> None:
-                for module in modules.values():
-                    reset_state(module)
-
-            return cls(quantized, reset)
-        if isinstance(program, VisionLanguage):
-            from coreai_partitioner.text_decoder.decoder import reset_state
-
-            def eager(method: str, *inputs: torch.Tensor) -> torch.Tensor:
-                with torch.no_grad():
-                    return getattr(program, method)(*inputs)
-
-            return cls(eager, lambda: reset_state(program))
-        from coreai_partitioner import verify
-
-        return cls(lambda method, *inputs: verify.run(program, *inputs, method=method)[0], lambda: verify.reset_state(program))
-
-
-def greedy(program: Any, segments: Sequence[Segment], new_tokens: int, eos_ids: Sequence[int] = ()) -> list[int]:
-    """The new tokens ``program`` generates greedily after ``segments``, as ``MultimodalRunner`` calls it.
-
-    Each segment is one ``text_decoder`` call at the next positions; each new
-    token is ``token_embedding`` then ``text_decoder`` at one position.
-    Stops after an EOS id.
-    """
-    methods = program if isinstance(program, Methods) else Methods.of(program)
-    methods.reset()
-    position = 0
-    logits = None
-    for segment in segments:
-        logits, position = prefill(methods, segment, position)
-    tokens: list[int] = []
-    for _ in range(new_tokens):
-        token = int(logits.reshape(-1, logits.shape[-1])[-1].argmax())
-        tokens.append(token)
-        if token in eos_ids:
-            break
-        embedded = methods.call("token_embedding", torch.tensor([[token]]))
-        logits = methods.call("text_decoder", embedded, torch.tensor([position]))
-        position += 1
-    return tokens
-
-
-def prefill(methods: Methods, segment: Segment, position: int) -> tuple[torch.Tensor, int]:
-    """One segment's ``text_decoder`` call at ``position``: its logits and the next position."""
-    if segment.is_image:
-        embedded = methods.call("vision_encoder", segment.pixels.unsqueeze(0))
-    else:
-        embedded = methods.call("token_embedding", torch.tensor([segment.tokens]))
-    length = embedded.shape[1]
-    return methods.call("text_decoder", embedded, torch.arange(position, position + length)), position + length
-
-
 def generate(
     pte: str | os.PathLike, tokenizer: str | os.PathLike, segments: Sequence[Segment], new_tokens: int
 ) -> list[str]:
     """ExecuTorch's own ``MultimodalRunner`` on ``pte`` (Core AI delegates on the host backend; with the ``.ptd``
     beside it, if any): its greedy output after ``segments``, one piece per generated token, the first being the
     prefill's."""
-    from coreai_partitioner.backends.apple_coreai.runtime.host import load_runtime_backend
-    from coreai_partitioner.backends.apple_coreai.runtime.pte import data_file_of
-    from coreai_partitioner.console import NativeStreams
 
-    with NativeStreams():
-        from executorch.extension.llm.runner import GenerationConfig, MultimodalRunner, make_image_input, make_token_input
+    def inputs(runner: Any) -> list:
+        return [runner.make_image_input(s.pixels) if s.is_image else runner.make_token_input(list(s.tokens)) for s in segments]
 
-    load_runtime_backend()
-    inputs = [make_image_input(s.pixels) if s.is_image else make_token_input(list(s.tokens)) for s in segments]
-    pieces: list[str] = []
-    streams = NativeStreams()
-    try:
-        with streams:
-            data = data_file_of(pte)  # a program lowered with external_data runs with its .ptd
-            runner = MultimodalRunner(str(pte), str(tokenizer), str(data)) if data else MultimodalRunner(str(pte), str(tokenizer))
-            runner.generate(inputs, GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, echo=False), pieces.append)
-    except RuntimeError as error:
-        raise RuntimeError(f"MultimodalRunner failed on {Path(pte).name}: {error}\n{streams.tail()}") from error
-    return pieces
+    return multimodal.generate(pte, tokenizer, inputs, new_tokens)

@@ -88,13 +88,17 @@ def export(
     if _is_seq2seq(model):
         return {"model": _export_text2text(model, hf_model, quantize, target, metadata).to_executorch()}
     vision_model = getattr(hf_model.config, "vision_config", None) is not None
-    # optimum's image-text-to-text loader sizes its cache by max_length (its generation config), not max_seq_len.
-    context = int(metadata.get("get_max_seq_len") or (vision_model and hf_model.generation_config.max_length) or 2048)
-    if vision_model:
+    audio_model = getattr(hf_model.config, "audio_config", None) is not None
+    multimodal = vision_model or audio_model
+    # optimum's multimodal loader sizes its cache by max_length (its generation config), not max_seq_len.
+    context = int(metadata.get("get_max_seq_len") or (multimodal and hf_model.generation_config.max_length) or 2048)
+    if multimodal:
         context = min(context, hf_model.config.get_text_config().max_position_embeddings)
     shapes = text_generation.DecoderShapes(max_context_len=context, prefill_chunk=context, target=target)
     if vision_model:
         return {"model": _export_vision(hf_model, shapes, quantize, metadata).to_executorch()}
+    if audio_model:
+        return {"model": _export_audio(hf_model, shapes, quantize, metadata).to_executorch()}
     decoder = text_generation.adapt(hf_model, shapes)
     if target == "device":
         from coreai_partitioner.text_decoder.device import sliding_windows
@@ -199,6 +203,26 @@ def _export_vision(hf_model: Any, shapes: Any, quantize: str | None, metadata: d
     eos = hf_model.config.get_text_config().eos_token_id
     extra.setdefault("get_eos_id", eos[0] if isinstance(eos, list) else eos)
     return image_text_to_text.lower_vlm(hf_model, shapes, quantize=quantize, metadata=extra)
+
+
+def _export_audio(hf_model: Any, shapes: Any, quantize: str | None, metadata: dict[str, Any]) -> Any:
+    """optimum's ``multimodal-text-to-text`` model of the audio modality (Voxtral) by
+    :func:`coreai_partitioner.audio_text_to_text.lower_audio_language`, optimum's metadata kept.
+
+    ``ExecuTorchModelForMultiModalToText`` prefills the whole prompt in one
+    ``text_decoder`` call (the token embeddings with ``audio_encoder``'s rows
+    written over the audio placeholders) and reads ``modality``,
+    ``audio_token_id`` and ``get_eos_id``.  ``audio_encoder`` takes one 30 s
+    window: optimum's ``input_features`` of a recording up to 30 s.
+    """
+    from coreai_partitioner import audio_text_to_text
+
+    extra = _constants(metadata)
+    extra.setdefault("modality", "audio")
+    extra.setdefault("audio_token_id", hf_model.config.audio_token_id)
+    eos = hf_model.config.get_text_config().eos_token_id
+    extra.setdefault("get_eos_id", eos[0] if isinstance(eos, list) else eos)
+    return audio_text_to_text.lower_audio_language(hf_model, shapes, quantize=quantize, metadata=extra)
 
 
 def register() -> list[str]:

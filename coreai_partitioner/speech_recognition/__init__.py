@@ -27,7 +27,7 @@ The road of a checkpoint (``python -m coreai_partitioner export --checkpoint DIR
 
 from coreai_partitioner import _compat  # noqa: F401 - first: it imports coreai-torch without its false version warning
 from coreai_partitioner.speech_recognition.export import METHODS, TARGETS, lower_speech, runner_metadata
-from coreai_partitioner.speech_recognition.features import AudioError, FeatureSettings, log_mel, mel_filters, read_wav
+from coreai_partitioner.speech_recognition.features import AudioError, FeatureSettings, log_mel, log_mel_windows, mel_filters, read_wav
 from coreai_partitioner.speech_recognition.transcribe import (
     Decoded,
     DecodingError,
@@ -55,6 +55,7 @@ __all__ = [
     "at_precision",
     "decode",
     "log_mel",
+    "log_mel_windows",
     "lower_speech",
     "mel_filters",
     "normalized_words",

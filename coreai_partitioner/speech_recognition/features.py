@@ -8,6 +8,8 @@ was trained on (16 kHz, mono) or longer than its 30 s window;
 400-sample Hann STFT every 160 samples, the power spectrum through Slaney's
 mel filter bank (:func:`mel_filters`, librosa's and HF's), ``log10`` clamped
 at 1e-10, floored at 8 below the maximum, then ``(x + 4) / 4``.
+:func:`log_mel_windows` does the same over a recording of any length, cut
+into windows as ``VoxtralProcessor`` cuts it (an audio-language model's input).
 :class:`FeatureSettings` are the numbers involved, read from and written to
 HF's ``preprocessor_config.json``, which the export writes beside the ``.pte``.
 """
@@ -156,7 +158,21 @@ def log_mel(audio: np.ndarray, settings: FeatureSettings = FeatureSettings()) ->
             f"audio of shape {tuple(audio.shape)}: give mono samples, at most {settings.n_samples} "
             f"({settings.chunk_length} s at {settings.sampling_rate} Hz)"
         )
-    waveform = torch.zeros(settings.n_samples, dtype=torch.float32)
+    return log_mel_windows(audio, settings)
+
+
+def log_mel_windows(audio: np.ndarray, settings: FeatureSettings = FeatureSettings()) -> torch.Tensor:
+    """``[windows, n_mels, n_frames]`` fp32 for mono ``audio`` of any length, as ``VoxtralProcessor`` makes them.
+
+    The samples are padded to a whole number of windows (at least one), one
+    spectrogram is computed over all of them (its floor 8 below the whole
+    recording's maximum: ``WhisperFeatureExtractor`` with
+    ``pad_to_multiple_of`` a window) and cut into windows of ``n_frames``.
+    """
+    if audio.ndim != 1:
+        raise AudioError(f"audio of shape {tuple(audio.shape)}: give mono samples")
+    windows = max(1, -(-len(audio) // settings.n_samples))
+    waveform = torch.zeros(windows * settings.n_samples, dtype=torch.float32)
     waveform[: len(audio)] = torch.from_numpy(np.asarray(audio, dtype=np.float32))
     window = torch.hann_window(settings.n_fft)
     stft = torch.stft(waveform, settings.n_fft, settings.hop_length, window=window, return_complex=True)
@@ -164,4 +180,4 @@ def log_mel(audio: np.ndarray, settings: FeatureSettings = FeatureSettings()) ->
     mel = torch.from_numpy(mel_filters(settings)).to(torch.float32).T @ power
     log_spec = torch.clamp(mel, min=1e-10).log10()
     log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).unsqueeze(0)
+    return ((log_spec + 4.0) / 4.0).reshape(settings.n_mels, windows, settings.n_frames).transpose(0, 1).contiguous()

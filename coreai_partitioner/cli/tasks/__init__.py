@@ -3,6 +3,7 @@ its own (:class:`coreai_partitioner.cli.task.Task`) and how it is detected (``DE
 
 - :mod:`.text_generation`: a decoder-only LLM, for ExecuTorch's ``TextLLMRunner`` (``export-llm``);
 - :mod:`.image_text_to_text`: a vision-language model, for ``MultimodalRunner``;
+- :mod:`.audio_text_to_text`: an audio-language model (Voxtral), for ``MultimodalRunner``;
 - :mod:`.automatic_speech_recognition`: Whisper, for ExecuTorch's ASR runner;
 - :mod:`.text_to_speech`: VITS (MMS-TTS) as ``durations`` and ``decoder``, run by ``generate-speech``;
 - :mod:`.text2text_generation`: T5 and Flan-T5, in the speech task's methods, for optimum's ``ExecuTorchModelForSeq2SeqLM``;

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ import torch
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, copy_beside, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
+from coreai_partitioner.cli.task import Phases, Plan, describe_tokenizer, first_layers, partitioner_options, tokenizer_and_preprocessor, tokenizer_beside
 
 NAME = "image-text-to-text"
 DETECT = Detection(
@@ -294,24 +293,15 @@ def check(plan: VisionPlan, path: Path, verified: Any, eager: Any) -> Any:
 
 def companions(plan: VisionPlan, directory: Path) -> list[Path]:
     """The tokenizer and the image processor's config: what a caller needs besides the .pte."""
-    from coreai_partitioner.text_decoder import tokenizer
 
-    args = plan.args
-    if not args.checkpoint:
+    def tiny() -> tuple[Any, Any]:
         processor = plan.processor or plan.family.tiny_processor(plan.config)
-        processor.tokenizer.backend_tokenizer.save(str(directory / "tokenizer.json"))
-        processor.image_processor.to_json_file(str(directory / "preprocessor_config.json"))
-        return [directory / "tokenizer.json", directory / "preprocessor_config.json"]
-    written = tokenizer.copy(plan.tokenizer, directory) if plan.tokenizer is not None else []
-    source = args.checkpoint / "preprocessor_config.json"
-    if source.is_file():
-        return [*written, copy_beside(source, directory)]
-    warnings.warn(
-        f"{args.checkpoint} has no preprocessor_config.json: a caller must resize and normalize images itself "
-        "(the .pte's get_image_size says to what size)",
-        stacklevel=2,
+        return processor.tokenizer, processor.image_processor
+
+    return tokenizer_and_preprocessor(
+        plan, directory, tiny,
+        "a caller must resize and normalize images itself (the .pte's get_image_size says to what size)",
     )
-    return written
 
 
 # ---------------------------------------------------------------- running the .pte

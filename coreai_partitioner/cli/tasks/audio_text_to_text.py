@@ -129,7 +129,7 @@ def settle(args: argparse.Namespace, config: Any) -> AudioPlan:
     context = args.max_context_len or min(2 * tokens + 256, limit)
     chunk = args.prefill_chunk or min(tokens, context)
     try:
-        shapes = DecoderShapes(context, chunk, "dynamic", args.target)
+        shapes = DecoderShapes(context, chunk, "dynamic", args.target, verify_len=0)  # MultimodalRunner: no verify
     except ValueError as error:
         raise CommandError(str(error)) from None
     check_config(config, shapes)

@@ -99,7 +99,7 @@ def test_every_commands_help_prints_and_exits_0(command, capsys):
 
 
 def test_the_chat_answer_ends_at_the_end_of_turn_piece_the_runner_prints():
-    from coreai_partitioner.cli.tasks.text_generation import answer
+    from coreai_partitioner.cli.text_runs import answer
 
     assert answer("The capital of France is Paris.<|im_end|>\n", ["<|im_end|>"]) == "The capital of France is Paris."
     assert answer(" Paris, the", ["<|im_end|>", ""]) == "Paris, the"

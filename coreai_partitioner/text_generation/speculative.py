@@ -66,8 +66,13 @@ class Stats:
         }
 
 
-def check_sampling(temperature: float, speculate: str | None) -> None:
-    """Refuse sampling with a drafter: the verify rule here keeps greedy's tokens, not a sampled distribution."""
+def check_sampling(temperature: float, speculate: str | None, *, greedy_only: bool = False) -> None:
+    """Refuse sampling with a drafter: the verify rule here keeps greedy's tokens, not a sampled distribution
+    (``greedy_only``: refuse sampling at all, for a loop that has none)."""
+    if greedy_only and not speculate and temperature > 0:
+        raise SpeculationError(
+            f"temperature {temperature}: this loop decodes greedily; sampling is ExecuTorch's runner's (export --generate)"
+        )
     if speculate and temperature > 0:
         raise SpeculationError(
             f"--speculate {speculate} keeps greedy decoding's tokens exactly; with temperature {temperature} it would "
@@ -379,6 +384,8 @@ def generate(
     from coreai_partitioner.text_generation.generate import eos_ids_of
     from coreai_partitioner.text_generation.text import TokenText
 
+    if not os.path.isfile(pte):
+        raise SpeculationError(f"no .pte at {pte}")
     tokenizer_file = find(tokenizer) if os.path.isdir(tokenizer) else tokenizer
     if tokenizer_file is None:
         raise SpeculationError(f"--tokenizer {tokenizer}: no tokenizer file there (tokenizer.json, tokenizer.model, ...)")

@@ -43,6 +43,7 @@ import torch
 from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
+from coreai_partitioner.cli.text_runs import add_generate_command, chat, generate  # noqa: F401 - the task's hooks
 from coreai_partitioner.cli.task import Phases, Plan, at_dtype, describe_tokenizer, first_layers, partitioner_options, tokenizer_beside
 
 NAME = "text-generation"
@@ -350,98 +351,3 @@ def after(plan: TextPlan) -> None:
             generate(pte, tokenizer, args.generate, plan.shapes, args.new_tokens, label)
         if args.chat is not None:
             chat(pte, tokenizer, args.chat, plan.chat_prompt, args.new_tokens, args.checkpoint, label)
-
-
-def generate(pte: Path, tokenizer_path: Path, prompt: str, shapes, new_tokens: int, label: str = "") -> None:
-    """The .pte in ExecuTorch's runtime as its LLM runner calls it, the text as it comes, whole characters."""
-    from coreai_partitioner.text_generation.text import generate_text
-
-    print(f"\ngenerate{label}: {prompt!r} -> ", end="", flush=True)
-    result = generate_text(
-        pte, tokenizer_path, prompt, shapes, max_new_tokens=new_tokens, on_text=lambda t: print(t, end="", flush=True)
-    )
-    print(
-        f"\n  prompt {result.prompt_tokens} token(s) in {1000 * result.prompt_seconds:.0f} ms; "
-        f"{result.generated_tokens} generated, {result.tokens_per_second:.1f} tokens/s"
-    )
-
-
-def chat(pte: Path, tokenizer_path: Path, message: str, prompt: str, new_tokens: int, checkpoint: Path, label: str = "") -> None:
-    """``prompt`` (the chat template around ``message``) through ExecuTorch's ``TextLLMRunner``; the answer printed
-    up to the end-of-turn token."""
-    from transformers import AutoTokenizer
-
-    from coreai_partitioner.text_generation.generate import eos_ids_of
-    from coreai_partitioner.text_generation.runner import generate as runner_generate
-
-    result = runner_generate(pte, tokenizer_path, prompt, max_new_tokens=new_tokens)
-    with console.NativeStreams():
-        hf_tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
-        ends = [hf_tokenizer.decode([i]) for i in eos_ids_of(pte)]
-    print(f"\nchat{label}: {message!r} -> {answer(result.text, ends)}")
-    print(
-        f"  prompt {result.prompt_tokens} token(s) in {1000 * result.prompt_seconds:.0f} ms; "
-        f"{result.generated_tokens} generated, {result.tokens_per_second:.1f} tokens/s (TextLLMRunner)"
-    )
-
-
-def answer(text: str, ends: list[str]) -> str:
-    """``text`` up to the first end-of-turn piece the runner printed (it prints the EOS token too), stripped."""
-    cut = min((text.find(end) for end in ends if end and end in text), default=len(text))
-    return text[:cut].strip()
-
-
-def add_generate_command(commands: Any) -> None:
-    """``generate-text PTE --tokenizer DIR --prompt TEXT --max-new-tokens N [--speculate ...] [--stats-json FILE]``."""
-    from coreai_partitioner.text_generation.speculative import DRAFTERS
-
-    parser = commands.add_parser(
-        "generate-text",
-        help="generate text from a text-generation .pte in ExecuTorch's runtime, greedily, with speculative decoding",
-    )
-    parser.add_argument("pte", type=Path)
-    parser.add_argument("--tokenizer", type=Path, required=True,
-                        help="the checkpoint directory (its tokenizer and chat template) or a tokenizer file")
-    parser.add_argument("--prompt", required=True)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--data-path", type=Path, help="the .pte's data file (default: the .ptd of its name beside it)")
-    parser.add_argument("--speculate", metavar="|".join((*DRAFTERS[:2], "draft:DRAFT.pte")),
-                        help="draft tokens and verify them in one call each (the greedy tokens exactly): prompt-lookup, "
-                             "lookahead, or draft:DRAFT.pte (a smaller model of the same vocabulary)")
-    parser.add_argument("--draft-len", type=int, help="drafts a call verifies (default: the .pte's get_max_draft_len)")
-    parser.add_argument("--temperature", type=float, default=0.0,
-                        help="0 (default) decodes greedily; sampling is refused with --speculate")
-    parser.add_argument("--raw", action="store_true", help="the prompt as it is, not in the tokenizer's chat template")
-    parser.add_argument("--stats-json", type=Path, help="write {tokens, target_calls, draft_calls, accepted} here")
-    parser.set_defaults(run=generate_text_command)
-
-
-def generate_text_command(args: argparse.Namespace) -> int:
-    """The text on standard output as it comes; 2 for a .pte, tokenizer or flag it refuses."""
-    import json
-    import sys
-
-    from coreai_partitioner import verify
-    from coreai_partitioner.text_generation.speculative import SpeculationError, check_sampling, generate
-
-    def say(text: str) -> None:
-        print(text, end="", flush=True)
-
-    try:
-        check_sampling(args.temperature, args.speculate)
-        if args.temperature > 0:
-            raise SpeculationError("generate-text decodes greedily; sampling is ExecuTorch's runner's (export --generate)")
-        if not args.pte.is_file():
-            raise SpeculationError(f"no .pte at {args.pte}")
-        with console.NativeStreams():  # the Core AI runtime's own lines as it loads each function
-            _, stats = generate(
-                args.pte, args.tokenizer, args.prompt, max_new_tokens=args.max_new_tokens, speculate=args.speculate,
-                draft_len=args.draft_len, data_path=args.data_path, raw=args.raw, on_text=say,
-            )
-    except (SpeculationError, verify.UnsupportedProgram, ValueError) as error:
-        print(f"generate-text: {error}", file=sys.stderr)
-        return 2
-    print()
-    if args.stats_json is not None:
-        args.stats_json.write_text(json.dumps(stats.as_json()) + "\n")
-    return 0

@@ -389,10 +389,10 @@ class _Repeat:
             elif spec.kind == InputKind.BUFFER:
                 constants[spec.target] = source.constants[spec.target] if spec.target in source.constants else tensors[spec.target]
         constants.update((name, value) for name, value in source.constants.items() if name not in constants)
-        return ExportedProgram(
-            root=source.graph_module,
+        return _compat.rebuilt(
+            source,
             graph=graph,
-            graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
+            signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
             state_dict=state_dict,
             range_constraints=copy.copy(source.range_constraints),
             module_call_graph=copy.deepcopy(source.module_call_graph),

@@ -1,54 +1,70 @@
-"""The weights a scheme stores, read from the checkpoint one at a time as they are compressed, never held in floating
-point all at once.
+"""A checkpoint's weights left in its safetensors files until something reads them, never held in floating point all
+at once.
 
 A model loaded from safetensors in the checkpoint's own dtype holds views of
 the memory-mapped files: no weight is read until something reads it.  Its
 export would read every weight in the export's dtype (a copy of the whole
-model when the dtypes differ), and the scheme's compressed weights would
-come on top.  :func:`stream_weights` swaps each weight the scheme stores for
-a fake tensor of the export's dtype (its shape, no data: ``torch.export``
-traces it as a parameter) and remembers where it lies in the checkpoint;
-:func:`materialize`, which :func:`~.store.store_weights` calls on each weight
-it compresses, reads that one tensor (opening its file, then closing it, so
-its pages leave the process) and casts it.  So the float weights are never
-all alive, and the compressed ones stand in for them as they are made.
+model when the dtypes differ).  :func:`stream_weights` swaps each weight
+named for a fake tensor of the export's dtype (its shape, no data:
+``torch.export`` traces it as a parameter) that knows where it lies in the
+checkpoint (:class:`Place`); :func:`materialize` reads that one tensor
+(opening its file, then closing it, so its pages leave the process) and
+casts it, and :func:`row_reader` a few of its rows.  ``quantize/`` reads each
+weight it compresses so (:mod:`coreai_partitioner.quantize.streamed`), and
+:func:`read_while_running` runs the model a module at a time, each weight
+read while its module runs.
 
-What the scheme does not store (norms, biases, MoE experts, a weight
-``keep_float`` names) is loaded as before.  An eager run of the model is
-impossible once its weights are fakes: ``--verify``, which runs it, loads
-it whole.
+What is not named (norms, biases, MoE experts, a weight ``keep_float``
+names) is loaded as before.  An eager run of a model whose weights are fakes
+needs :func:`read_while_running`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from coreai_partitioner import _compat
+from coreai_partitioner.checkpoints.files import checkpoint_files
 
-#: id of each fake weight -> (a reference to it, its safetensors file, key, dtype): what :func:`materialize` reads
-#: (by id: a tensor's ``==`` is elementwise, which a dictionary of tensors would call)
-_SOURCES: dict[int, tuple[weakref.ref, Path, str, torch.dtype]] = {}
+#: The attribute of a fake weight :func:`stream_weights` made that holds its :class:`Place`.
+PLACE = "checkpoint_place"
 
 
-def load_streamed(auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, scheme: Any = None) -> torch.nn.Module:
-    """``auto.from_pretrained(checkpoint, dtype=dtype)``'s model, each weight ``scheme`` stores left in the checkpoint
-    until it is compressed (:func:`stream_weights`); with no ``scheme``, every parameter the checkpoint holds, read
-    while its module runs under :func:`read_while_running`.
+@dataclass(frozen=True)
+class Place:
+    """Where a weight lies in a safetensors checkpoint, and the dtype it is read in."""
+
+    path: Path
+    key: str
+    dtype: torch.dtype
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of its dim 0, cast, the file opened for them alone (its pages leave the process with
+        them)."""
+        from safetensors import safe_open
+
+        with safe_open(str(self.path), "pt") as file:
+            return file.get_slice(self.key)[start:stop].to(self.dtype)
+
+
+def load_lazily(
+    auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, names: Callable[[torch.nn.Module], Iterable[str]] | None = None
+) -> torch.nn.Module:
+    """``auto.from_pretrained(checkpoint, dtype=dtype)``'s model, each weight ``names(model)`` gives left in the
+    checkpoint (:func:`stream_weights`); with no ``names``, every parameter the checkpoint holds, read while its
+    module runs under :func:`read_while_running`.
 
     The model is loaded in the checkpoint's dtype (views of its files: nothing read); each parameter then takes the
     dtype ``from_pretrained(dtype=dtype)`` gives it (``dtype``, or fp32 where the model keeps it so: GPT-OSS's norms)
     and each buffer the value a model made at ``dtype`` has (made in that default dtype: Gemma's embedding scale),
     so that its program is the one a model loaded at ``dtype`` gives, byte for byte.
     """
-    from coreai_partitioner.quantize.checks import stored_weights
-
     model = auto.from_pretrained(
         checkpoint, config=config, dtype="auto", local_files_only=True, attn_implementation="eager"
     ).eval()
@@ -57,8 +73,7 @@ def load_streamed(auto: Any, checkpoint: Path, config: Any, dtype: torch.dtype, 
     kept = _compat.kept_in_fp32(skeleton, dtype)
     made = dict(skeleton.named_parameters(remove_duplicate=False))
     dtypes = {name: torch.float32 if kept(name) else made[name].dtype for name in made}
-    names = [w.name for w in stored_weights(model, scheme)] if scheme is not None else list(made)
-    stream_weights(model, checkpoint, names, dtypes)
+    stream_weights(model, checkpoint, list(names(model)) if names is not None else list(made), dtypes)
     cast_the_rest(model, dtypes)
     buffers = dict(skeleton.named_buffers())
     for layer, module in model.named_modules():
@@ -92,21 +107,6 @@ def _parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = register
 
 
-def checkpoint_files(checkpoint: Path) -> dict[str, Path]:
-    """Every tensor key of a safetensors checkpoint directory and the file holding it (``{}``: no safetensors)."""
-    checkpoint = Path(checkpoint)
-    index = checkpoint / "model.safetensors.index.json"
-    if index.is_file():
-        return {key: checkpoint / file for key, file in json.loads(index.read_text())["weight_map"].items()}
-    single = checkpoint / "model.safetensors"
-    if not single.is_file():
-        return {}
-    from safetensors import safe_open
-
-    with safe_open(str(single), "pt") as file:
-        return {key: single for key in file.keys()}
-
-
 def stream_weights(
     model: torch.nn.Module, checkpoint: Path, names: Iterable[str], dtypes: Mapping[str, torch.dtype]
 ) -> list[str]:
@@ -129,8 +129,7 @@ def stream_weights(
             continue  # under another name in the checkpoint (a family transformers renames): loaded as it is
         dtype = dtypes[name]
         fake = torch.nn.Parameter(_compat.fake_tensor(parameter.shape, dtype), requires_grad=False)
-        _SOURCES[id(fake)] = (weakref.ref(fake), files[key], key, dtype)
-        weakref.finalize(fake, _SOURCES.pop, id(fake), None)
+        setattr(fake, PLACE, Place(files[key], key, dtype))  # the fake carries where its data is
         fakes[id(parameter)] = fake
     done = []
     for layer, module in model.named_modules(remove_duplicate=False):
@@ -188,13 +187,14 @@ def cast_the_rest(model: torch.nn.Module, dtypes: Mapping[str, torch.dtype]) -> 
             own[name] = cast.get(id(tensor), tensor)
 
 
-def _source(tensor: torch.Tensor) -> tuple | None:
-    entry = _SOURCES.get(id(tensor))
-    return entry if entry is not None and entry[0]() is tensor else None
+def place_of(tensor: torch.Tensor) -> Place | None:
+    """Where ``tensor`` lies in its checkpoint, if :func:`stream_weights` made it; else ``None``."""
+    return vars(tensor).get(PLACE)
 
 
 def is_streamed(tensor: torch.Tensor) -> bool:
-    return _source(tensor) is not None
+    """Whether ``tensor`` is a fake :func:`stream_weights` made, its data still in the checkpoint."""
+    return place_of(tensor) is not None
 
 
 def materialize(tensor: torch.Tensor) -> torch.Tensor:
@@ -207,18 +207,8 @@ def row_reader(tensor: torch.Tensor) -> Callable[[int, int], torch.Tensor] | Non
     """For a weight :func:`stream_weights` made, ``rows(start, stop)``: those rows of its dim 0, read from the
     checkpoint and cast, the file opened for them alone (its pages leave the process with them); ``None`` for any
     other tensor."""
-    source = _source(tensor)
-    if source is None:
-        return None
-    from safetensors import safe_open
-
-    _, path, key, dtype = source
-
-    def rows(start: int, stop: int) -> torch.Tensor:
-        with safe_open(str(path), "pt") as file:
-            return file.get_slice(key)[start:stop].to(dtype)
-
-    return rows
+    place = place_of(tensor)
+    return None if place is None else place.rows
 
 
 def materialize_program(program: Any) -> int:
@@ -232,7 +222,7 @@ def materialize_program(program: Any) -> int:
             if isinstance(tensor, torch.Tensor) and _compat.is_fake_tensor(tensor) and not is_streamed(tensor):
                 raise RuntimeError(
                     f"{name} {list(tensor.shape)} has no data: it was computed from a weight read from the checkpoint "
-                    "only when it is compressed (quantize/streamed.py); export this model with --verify, which loads "
+                    "only when it is compressed (checkpoints/lazy.py); export this model with --verify, which loads "
                     "its weights whole"
                 )
             if isinstance(tensor, torch.Tensor) and is_streamed(tensor):

@@ -57,7 +57,7 @@ QWEN3_14B = dict(
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
-    ("coreai_partitioner.text_decoder.adapter", "adapt", "adapt the family"),
+    ("coreai_partitioner.text_decoder.recompose", "adapt", "adapt the family"),
     ("coreai_partitioner.text_generation.export", "export_decoder", "export + externalize"),
     ("coreai_partitioner.quantize", "quantize", "quantize"),
     ("coreai_partitioner.quantize", "check_model", "check shapes"),

@@ -1,11 +1,11 @@
 """One base decoder, many LoRA adapters: lowered once, a ``.pte`` per adapter over one shared ``.ptd``.
 
 :func:`~coreai_partitioner.text_generation.export.lower_with_adapters` puts an adapter slot on every linear layer any
-of the adapters targets (:mod:`coreai_partitioner.text_decoder.slots`), lowers
+of the adapters targets (:mod:`coreai_partitioner.adapters.slots`), lowers
 the decoder once with the slots' pairs as inputs and the weights in a data
 file (``external_data``); :func:`bind_adapters` then binds each adapter's
 pairs, and the base's zero pairs, as constants of a program of its own
-(:func:`~coreai_partitioner.lowering.bind.bind_inputs`).  Every program calls
+(:func:`~coreai_partitioner.adapters.bind.bind_inputs`).  Every program calls
 the same Core AI asset: the ``.ptd`` holds the base weights once, each
 adapter's ``.pte`` holds its own ``A`` and ``B`` and the graph.
 :meth:`AdapterPrograms.save` writes ``model.pte``, ``model.ptd`` and
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.adapters.config import Adapter, AdapterError
-from coreai_partitioner.text_decoder.slots import AdapterSlots
+from coreai_partitioner.adapters.slots import AdapterSlots
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ def _data_sizes(files: Mapping[str, Any]) -> dict[str, int]:
 def bind_adapters(edge: Any, slots: AdapterSlots, adapters: Sequence[Adapter], shapes: Any) -> AdapterPrograms:
     """``edge`` (lowered with ``slots``' pairs as inputs of ``forward`` after ``tokens`` and ``input_pos``) bound to
     the base's zero pairs and to each adapter's: the :class:`AdapterPrograms` over its delegates."""
-    from coreai_partitioner.lowering.bind import bind_inputs
+    from coreai_partitioner.adapters.bind import bind_inputs
     from coreai_partitioner.lowering.device import check_delegates
 
     device = edge_is_device(edge)

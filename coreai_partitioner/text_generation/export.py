@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner import _compat
-from coreai_partitioner.text_decoder.adapter import adapt
+from coreai_partitioner.text_decoder.recompose import adapt
 from coreai_partitioner.text_decoder.decoder import Decoder, state_buffers
 from coreai_partitioner.text_decoder.export import export_decoder
 from coreai_partitioner.text_decoder.shapes import DecoderShapes, runner_metadata
@@ -100,7 +100,7 @@ def lower_with_adapters(
 
     ``adapters`` (LoRA adapters read by
     :func:`~coreai_partitioner.adapters.config.read_adapter`) each get a slot
-    on every linear layer they target (:mod:`coreai_partitioner.text_decoder.slots`),
+    on every linear layer they target (:mod:`coreai_partitioner.adapters.slots`),
     each slot's pair an input of ``forward``, its rank from 1 to ``max_rank``
     (default: the adapters' largest), the pairs in the model's floating
     dtype; the weights go to the data file whatever ``external_data`` says,
@@ -112,7 +112,7 @@ def lower_with_adapters(
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
     from coreai_partitioner.text_decoder.device import check_device
-    from coreai_partitioner.text_decoder.slots import adapter_slots
+    from coreai_partitioner.adapters.slots import adapter_slots
     from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
 
     if target is not None and target != shapes.target:

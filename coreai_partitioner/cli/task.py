@@ -326,6 +326,15 @@ def forward_outputs(plan: Plan, lowered: Any, forward: Any, verified: Any) -> An
 
     return outputs(forward, verified.inputs, plan.dtype)
 
+def describe_encoder_decoder(pte: Any, encoder_inputs: str, vocab_size: int, slots: int) -> None:
+    """The methods of an encoder-decoder ``.pte`` (speech recognition, text-to-text generation) and their delegates."""
+    print(f"  methods: {', '.join(pte.methods)}")
+    print(f"  encoder({encoder_inputs}) -> cross-attention keys and values: "
+          f"{len(pte.coreai_delegates('encoder'))} Core AI delegate")
+    print(f"  text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, {vocab_size}]: "
+          f"{len(pte.coreai_delegates('text_decoder'))} Core AI delegate; {slots} cache slots")
+
+
 def copy_beside(source: Path, directory: Path) -> Path:
     """``source`` copied into ``directory`` (nothing to do when it is there already); the copy's path."""
     target = directory / source.name

@@ -78,6 +78,16 @@ class VisionLanguage(nn.Module):
         self.image_tokens = image_tokens
         self.image_token_id = image_token_id
 
+    @classmethod
+    def of_config(cls, config, *, tower: nn.Module, projector: nn.Module, decoder: Decoder, image_tokens: int):
+        """The model of a Hugging Face vision-language ``config`` (its ``model_type``, square images of its vision
+        config's ``image_size``, its ``image_token_id``) over these parts, in eval mode."""
+        side = config.vision_config.image_size
+        return cls(
+            model_type=config.model_type, tower=tower, projector=projector, decoder=decoder, image_size=(side, side),
+            image_tokens=image_tokens, image_token_id=config.image_token_id,
+        ).eval()
+
     @property
     def width(self) -> int:
         """The width ``D`` of what ``vision_encoder`` and ``token_embedding`` return (with the flag channel)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -381,3 +382,36 @@ def kept_in_fp32(model: Any, dtype: torch.dtype) -> Any:
         return lambda name: False
     pattern, groups, _ = build_glob_alternation(list(plan))
     return lambda name: (found := pattern.search(name)) is not None and plan[groups[found.lastgroup]] == torch.float32
+
+
+# ---------------------------------------------------------------- torch's node names (lowering/repeated.py)
+
+#: torch.fx's node names: a base, then ``_<number>`` from the second node of that base on.
+FX_NODE_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+
+
+def fx_name_parts(name: str) -> tuple[str, int] | None:
+    """A torch.fx node name's base and number (``add_3``: ``("add", 3)``; ``add``: ``("add", 0)``), or ``None``."""
+    match = FX_NODE_NAME.match(name)
+    return None if match is None else (match.group(1), int(match.group(2) or 0))
+
+
+def fx_name(base: str, number: int) -> str:
+    """The name torch.fx gives the ``number``-th node (from 0) of ``base``."""
+    return f"{base}_{number}" if number else base
+
+
+def layer_placeholder_name(name: str, path: str, old: int, new: int) -> str | None:
+    """torch.export's placeholder name for a tensor of module ``<path>.<old>`` (``p_layers_3_mlp_up_weight``: its
+    target's path, dots made underscores) for the same tensor of ``<path>.<new>``; ``None`` where it names no
+    ``<path>.<old>``."""
+    before, after = f"_{path.replace('.', '_')}_{old}_", f"_{path.replace('.', '_')}_{new}_"
+    return name.replace(before, after, 1) if before in name else None
+
+
+def layer_call_site_name(name: str, path: str, old: int, new: int) -> str | None:
+    """torch.export's name for a call-site node of module ``<path>.<old>`` (its module's path, dots made underscores,
+    then the export's suffix) for the same call site of ``<path>.<new>``; ``None`` where it is not named so."""
+    flat = path.replace(".", "_")
+    renamed, found = re.subn(rf"^{re.escape(flat)}_{old}_", f"{flat}_{new}_", name)
+    return renamed if found else None

@@ -145,7 +145,7 @@ def test_a_slot_whose_layer_the_model_never_calls_is_refused_naming_it():
     that leaves the slot unread is refused, naming the layer."""
     from coreai_partitioner.adapters.config import Adapter, LowRank
     from coreai_partitioner.lowering.lower import export_with_composites
-    from coreai_partitioner.adapters.slots import AdapterInputs, adapter_slots
+    from coreai_partitioner.text_decoder.slots import AdapterInputs, adapter_slots
 
     class Model(torch.nn.Module):
         def __init__(self, reads_weight: bool) -> None:
@@ -335,7 +335,7 @@ def test_a_decoder_with_adapter_slots_is_traced_whole_so_every_slot_is_read(capl
     from coreai_partitioner.lowering import repeated
     from coreai_partitioner.lowering.whole_program import decomposition_table
     from coreai_partitioner.text_decoder.export import export_decoder
-    from coreai_partitioner.adapters.slots import adapter_slots
+    from coreai_partitioner.text_decoder.slots import adapter_slots
 
     config = text_generation.tiny_config("qwen3")
     config.num_hidden_layers, config.layer_types = 6, ["full_attention"] * 6

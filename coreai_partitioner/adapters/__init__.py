@@ -10,7 +10,8 @@ Every step but the task's own is here (the text-generation task's programs over 
    which modules it targets, each one's rank and scale (``r``, ``lora_alpha``,
    ``rank_pattern``, ``alpha_pattern``, ``use_rslora``), the shapes its
    safetensors must have.
-2. **Slots** (:mod:`.slots`): each targeted ``nn.Linear`` of the base model
+2. **Slots** (:mod:`coreai_partitioner.text_decoder.slots`, beside the decoder whose layers they change: a
+   model's walk through the export stays on the decoder's floor): each targeted ``nn.Linear`` of the base model
    becomes ``base(x) + (x Aᵀ) Bᵀ`` whose ``A`` and ``B`` are inputs of the
    exported program, their rank a dimension of its own.  The program is
    lowered once: the Core AI asset holds the base weights, never an adapter's.

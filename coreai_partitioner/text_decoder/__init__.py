@@ -10,8 +10,9 @@ here; speech recognition and text-to-text generation take its device form and it
 - :mod:`.device`: the step in the form upstream's on-device runtime runs (caches owned by ExecuTorch);
 - :mod:`.shapes`: :class:`DecoderShapes`, the limits it is exported for, and :func:`runner_metadata`, which tells a
   runner them;
-- :mod:`.export`: :func:`~.export.export_decoder`, the decoder exported with its composites (a task lowers it), with
-  LoRA slots (:mod:`coreai_partitioner.adapters.slots`) where it has adapters;
+- :mod:`.export`: :func:`~.export.export_decoder`, the decoder exported with its composites (a task lowers it);
+- :mod:`.slots`: LoRA adapter slots on its linear layers, each pair an input of the program (the rest of LoRA:
+  :mod:`coreai_partitioner.adapters`);
 - :mod:`.tokenizer`: the checkpoint's tokenizer, checked as ExecuTorch's runners load it.
 """
 

@@ -46,7 +46,7 @@ def export_decoder(
     (:func:`coreai_partitioner.quantize.quantize`), and the experts of MoE layers the same way
     (:meth:`~.blocks.MoE.quantize_experts`); routers stay float, and so do the layers ``keep_float``
     names.  Every shape is checked against the scheme before any work.  ``slots`` (an
-    :class:`~coreai_partitioner.adapters.slots.AdapterSlots` over ``model``'s layers) adds each slot's
+    :class:`~coreai_partitioner.text_decoder.slots.AdapterSlots` over ``model``'s layers) adds each slot's
     ``A`` and ``B`` as inputs after ``tokens`` and ``input_pos``, their ranks symbolic.  ``stack_traces`` is
     :func:`~coreai_partitioner.lowering.lower.export_with_composites`'s.  Layers alike are traced once and
     repeated (:mod:`coreai_partitioner.lowering.repeated`), but where a graph break every
@@ -68,7 +68,7 @@ def export_decoder(
             dynamic_shapes = ({1: tokens_dim}, {0: tokens_dim})
     sample = (torch.zeros(1, length, dtype=torch.long), torch.arange(length))
     if slots is not None:
-        from coreai_partitioner.adapters.slots import AdapterInputs
+        from coreai_partitioner.text_decoder.slots import AdapterInputs
 
         exported = AdapterInputs(exported, slots, ("tokens", "input_pos"))
         sample = (*sample, *slots.inputs(slots.zero_pairs(slots.dtype, rank=slots.sample_rank)))

@@ -1,7 +1,7 @@
 """One base decoder, many LoRA adapters: lowered once, a ``.pte`` per adapter over one shared ``.ptd``.
 
 :func:`~coreai_partitioner.text_generation.export.lower_with_adapters` puts an adapter slot on every linear layer any
-of the adapters targets (:mod:`coreai_partitioner.adapters.slots`), lowers
+of the adapters targets (:mod:`coreai_partitioner.text_decoder.slots`), lowers
 the decoder once with the slots' pairs as inputs and the weights in a data
 file (``external_data``); :func:`bind_adapters` then binds each adapter's
 pairs, and the base's zero pairs, as constants of a program of its own
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.adapters.config import Adapter, AdapterError
-from coreai_partitioner.adapters.slots import AdapterSlots
+from coreai_partitioner.text_decoder.slots import AdapterSlots
 
 logger = logging.getLogger(__name__)
 

@@ -100,7 +100,7 @@ def lower_with_adapters(
 
     ``adapters`` (LoRA adapters read by
     :func:`~coreai_partitioner.adapters.config.read_adapter`) each get a slot
-    on every linear layer they target (:mod:`coreai_partitioner.adapters.slots`),
+    on every linear layer they target (:mod:`coreai_partitioner.text_decoder.slots`),
     each slot's pair an input of ``forward``, its rank from 1 to ``max_rank``
     (default: the adapters' largest), the pairs in the model's floating
     dtype; the weights go to the data file whatever ``external_data`` says,
@@ -112,7 +112,7 @@ def lower_with_adapters(
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
     from coreai_partitioner.text_decoder.device import check_device
-    from coreai_partitioner.adapters.slots import adapter_slots
+    from coreai_partitioner.text_decoder.slots import adapter_slots
     from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
 
     if target is not None and target != shapes.target:

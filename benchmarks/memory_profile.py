@@ -57,7 +57,7 @@ QWEN3_14B = dict(
 
 #: (module, attribute, label): functions timed as nested phases when they exist.
 PHASES = (
-    ("coreai_partitioner.text_decoder.adapter", "adapt", "adapt the family"),
+    ("coreai_partitioner.text_decoder.recompose", "adapt", "adapt the family"),
     ("coreai_partitioner.text_generation.export", "export_decoder", "export + externalize"),
     ("coreai_partitioner.quantize", "quantize", "quantize"),
     ("coreai_partitioner.quantize", "check_model", "check shapes"),
@@ -321,8 +321,8 @@ def write_safetensors(file: Path, shapes: dict[str, Any], dtype: Any, value: Cal
 
 def weight_bytes(model: Any) -> int:
     """Bytes of the model's parameters and buffers, a tied tensor counted once (a weight left in the checkpoint,
-    ``quantize/streamed.py``'s, by its object: it has no data)."""
-    from coreai_partitioner.quantize.streamed import is_streamed
+    ``checkpoints/lazy.py``'s, by its object: it has no data)."""
+    from coreai_partitioner.checkpoints import is_streamed
 
     tensors = {id(t) if is_streamed(t) else t.data_ptr(): t for t in model.state_dict(keep_vars=True).values()}
     return sum(t.numel() * t.element_size() for t in tensors.values())
@@ -389,7 +389,7 @@ def measure_export(
         model = load()
     weights = weight_bytes(model)
     with profile.phase("page in weights"):  # safetensors are mmap'd: count them in the baseline
-        from coreai_partitioner.quantize.streamed import is_streamed
+        from coreai_partitioner.checkpoints import is_streamed
 
         held = [t for t in model.state_dict(keep_vars=True).values() if not is_streamed(t)]  # a streamed weight is read at export
         for tensor in {t.data_ptr(): t for t in held}.values():

@@ -10,7 +10,7 @@ stochastic duration predictor, HiFi-GAN with a hop of 256 at 16 kHz;
 :data:`KOKORO_82M` is Kokoro-82M's ``config.json``: a 12-layer ALBERT of 768,
 3 LSTM layers of 512, the iSTFTNet vocoder at 24 kHz; random weights, as no
 trained model of either is in the registry), lower it
-(``text_to_speech.lower_vits``, ``text_to_speech.kokoro.lower_kokoro``),
+(``text_to_speech.families.vits.lower_vits``, ``text_to_speech.families.kokoro.lower_kokoro``),
 write the ``.pte``, then run the package's loop (``synthesize``; Kokoro's in
 a seeded random voice) on seeded random ids in ExecuTorch's runtime: the
 median of ``--runs`` runs after one warm-up, against the model itself at the
@@ -57,7 +57,8 @@ def worker(name: str, runs: int) -> dict:
     import torch
 
     from coreai_partitioner import save_pte
-    from coreai_partitioner.text_to_speech import SpeechProgram, kokoro, vits
+    from coreai_partitioner.text_to_speech import SpeechProgram
+    from coreai_partitioner.text_to_speech.families import kokoro, vits
     from coreai_partitioner.text_to_speech.tiny import tiny_config, tiny_model
     from coreai_partitioner.verify.fidelity import snr_psnr
 

@@ -4,10 +4,10 @@
 
 The checkpoint is ``benchmarks/llm.py``'s for the row (written once under
 ``--cache-dir``; Qwen3-14B's shape in bf16 by default, 29.54 GB).  The
-reference is what ``cli/export.py`` computes when ``layer_by_layer`` holds:
+reference is what ``cli/task.py``'s ``auto_model`` loads when ``layer_by_layer`` holds:
 the model loaded with every weight left in the checkpoint
 (``streamed.load_streamed`` without a scheme), run under
-``streamed.read_while_running`` by ``text_generation.check.reference``
+``checkpoints.read_while_running`` by ``text_generation.check.reference``
 (an 8-token random prompt, 8 greedy tokens, their logits), at the shapes
 ``export`` uses by default.  Prints time and peak RSS (the kernel's
 high-water mark) and writes ``verify_reference.txt``.
@@ -39,6 +39,7 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from coreai_partitioner import text_generation
+    from coreai_partitioner import checkpoints
     from coreai_partitioner.quantize import streamed
     from coreai_partitioner.text_generation import check
 
@@ -48,13 +49,13 @@ def main() -> None:
     fp32 = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()) * 4
     shapes = text_generation.DecoderShapes(max_context_len=128, prefill_chunk=32)  # export's defaults
     start = time.perf_counter()
-    with streamed.read_while_running(model):
+    with checkpoints.read_while_running(model):
         reference = check.reference(model, shapes)
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     text = (
         f"{args.row}'s checkpoint ({path.name}): fp32 reference of --verify, a module at a time "
-        f"(streamed.read_while_running), {len(reference.prompt)}-token prompt and {len(reference.tokens)} greedy "
+        f"(checkpoints.read_while_running), {len(reference.prompt)}-token prompt and {len(reference.tokens)} greedy "
         f"tokens; one process, alone\n\n"
         f"    python benchmarks/verify_reference.py --cache-dir CKPTS --row {args.row}\n\n"
         "row                        fp32 weights GB  load s  reference s  peak RSS GB  peak RSS GiB\n"

@@ -30,7 +30,8 @@ def kokoro_model_code() -> None:
 def kokoro_checkpoint(directory, **overrides):
     """A Kokoro checkpoint directory as Kokoro-82M's is laid out (``config.json``, ``kokoro-v1_0.pth`` of
     ``{part: state_dict}``), of the package's tiny seeded model; the model."""
-    from coreai_partitioner.text_to_speech.tiny import KOKORO, tiny_config, tiny_model
+    from coreai_partitioner.text_to_speech.families.kokoro import TINY as KOKORO
+    from coreai_partitioner.text_to_speech.tiny import tiny_config, tiny_model
 
     kokoro_model_code()
     model = tiny_model(tiny_config("kokoro"))
@@ -49,7 +50,8 @@ def snr(actual: torch.Tensor, expected: torch.Tensor) -> float:
 def test_the_methods_in_eager_give_kmodels_durations_and_waveform_over_padded_ids():
     """What the program computes, before any lowering: the LSTMs unrolled over padding, the alignment over
     ``max_frames`` columns, the vocoder's transforms as convolutions, the noises drawn as ``KModel`` draws them."""
-    from coreai_partitioner.text_to_speech import istftnet, kokoro
+    from coreai_partitioner.text_to_speech import istftnet
+    from coreai_partitioner.text_to_speech.families import kokoro
     from coreai_partitioner.text_to_speech.tiny import tiny_config, tiny_model
 
     kokoro_model_code()
@@ -87,7 +89,8 @@ def test_a_kokoro_checkpoint_exports_in_the_device_form_and_speaks_kmodels_wavef
     --verify``, then ``generate-speech --voice``: KModel's durations, and its waveform at the same seed as a WAV."""
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
     from coreai_partitioner.cli.main import main
-    from coreai_partitioner.text_to_speech import SpeechProgram, kokoro
+    from coreai_partitioner.text_to_speech import SpeechProgram
+    from coreai_partitioner.text_to_speech.families import kokoro
 
     model = kokoro_checkpoint(tmp_path / "Kokoro-82M")
     pte, wav, voice = tmp_path / "out" / "kokoro.pte", tmp_path / "speech.wav", tmp_path / "af_test.pt"
@@ -125,7 +128,7 @@ def test_a_kokoro_checkpoint_exports_in_the_device_form_and_speaks_kmodels_wavef
 
 def test_a_kokoro_checkpoint_it_cannot_take_is_refused_naming_the_field_or_file_before_any_weights(tmp_path, capsys):
     from coreai_partitioner.cli.main import main
-    from coreai_partitioner.text_to_speech.tiny import KOKORO
+    from coreai_partitioner.text_to_speech.families.kokoro import TINY as KOKORO
 
     for name, change, said in (
         ("style", {"style_dim": 64}, "style_dim=64; KModel splits its 256-wide voice at 128"),

@@ -15,7 +15,7 @@ PACKAGE = ROOT / "coreai_partitioner"
 #: The stages in the order a record and a model go through them; a module imports only its own stage and the
 #: ones before it.  The package's root modules (the seam to other packages, the console) come first.
 STAGES = (
-    "root", "records", "backends", "partition", "quantize", "adapters", "lowering", "verify", "seq2seq", "blocks", "text_decoder",
+    "root", "records", "backends", "partition", "checkpoints", "quantize", "adapters", "lowering", "verify", "seq2seq", "blocks", "text_decoder",
     "text_generation", "image_text_to_text", "audio_text_to_text", "speech_recognition", "text_to_speech", "text_to_image", "text2text",
     "text_encoder", "image_classification", "recipes", "cli",
 )

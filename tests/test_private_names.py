@@ -5,7 +5,8 @@ transformers is one that starts with ``_`` (``__dunder__`` names aside): a
 module path component (``torch._ops``), an imported name
 (``_ExternalizedExportedProgram``), a keyword argument
 (``_externalized_exported_programs=``), an attribute read or written
-(``lowered._backend_id``, ``getattr(op, "_schema")``), a logger or module
+(``lowered._backend_id``, ``getattr(op, "_schema")``; a private attribute written on anything but ``self`` or
+``cls`` is another package's, whatever names of ours), a logger or module
 named by a string (``"torch.utils._pytree"``), or a method a class of ours
 overrides.  Every ``.py`` under ``coreai_partitioner/`` and ``backends/``
 but those of ``_compat/`` is read as source; an attribute is private to another
@@ -122,6 +123,10 @@ def reaches(path: Path, tree: ast.Module, ours: set[str]) -> list[str]:
                 say(node, f"{ast.unparse(node)} (a private name of {chain_root.id})")
             elif node.attr not in ours or (is_super and not any(node.attr in method_names(c) for c in classes.values())):
                 say(node, f"{ast.unparse(node)} (no module of ours defines {node.attr})")
+            elif isinstance(node.ctx, ast.Store) and not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
+                # our code writes a private attribute on itself only: on any other object it is that object's
+                # package's, even where a class of ours has an attribute of the same name
+                say(node, f"{ast.unparse(node)} written (a private attribute of an object not ours)")
         elif isinstance(node, ast.keyword) and node.arg is not None and private(node.arg) and node.arg not in ours:
             say(node.value, f"keyword {node.arg}=")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in formatted:
@@ -174,6 +179,24 @@ def test_the_scan_finds_each_kind_of_private_reach_and_allows_operator_names():
         "'torch.utils._pytree' (a private module path)",
         "super()._constant_from_tensor (no module of ours defines _constant_from_tensor)",
     ])
+
+
+def test_a_private_attribute_written_on_another_object_is_found_even_where_a_class_of_ours_has_that_name():
+    """``partition/partitioner.py`` wrote torch's ``ExportedProgram._constants`` (now ``_compat.program_with_constants``);
+    the scan missed it because two classes of ours have a ``_constants`` of their own.  A write on ``self`` stays
+    allowed."""
+    source = textwrap.dedent(
+        """
+        own = copy.copy(program)
+        own._constants = dict(program.constants)
+        self._constants = {}
+        value = other._constants
+        """
+    )
+    found = reaches(ROOT / "coreai_partitioner" / "probe.py", ast.parse(source), {"_constants"})
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "own._constants written (a private attribute of an object not ours)"
+    ]
 
 
 def classes_with_private_methods(trees: dict[Path, ast.Module]) -> list[tuple[str, str, set[str]]]:

@@ -37,12 +37,17 @@ class Stack(torch.nn.Module):
         self.layers = torch.nn.ModuleList([Layer(dim, f"model.layers.{i}") for i in range(layers)])
         self.head = torch.nn.Linear(dim, 4)
         self.index_read = index_read
+        self.before = None  # (index, x) -> x: what the code around the stack does before a layer
+        self.tail_reads = None  # a layer whose output what follows the layers reads too
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shared = torch.sigmoid(x.sum(-1, keepdim=True))  # made once, read by every layer
+        kept = None
         for index, layer in enumerate(self.layers):
             x = layer(x * (index + 1) if self.index_read else x, shared)
-        return self.head(x[:, -1])
+            x = self.before(index, x) if self.before is not None else x
+            kept = x if index == self.tail_reads else kept
+        return self.head(x[:, -1] if kept is None else x[:, -1] + kept[:, -1])
 
 
 def export(model: torch.nn.Module, path: str | None = "layers"):
@@ -167,3 +172,34 @@ def test_call_sites_are_named_after_their_layer_whatever_the_exports_suffix(monk
     assert "repeated the last" in traced_layers(caplog)
     assert call_sites(program) == call_sites(export(model, path=None)[0])
     assert call_sites(program)[-2:] == ["layers_6_norm_rmsnorm_impl_03807017", "layers_6_norm_rmsnorm_impl_3807018"]
+
+
+def _constant_input(model: Stack) -> None:
+    model.table = torch.ones(16)  # a tensor that is no parameter or buffer: a lifted constant
+    model.before = lambda index, x: x * model.table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda model: setattr(model.layers[5], "thing", object()), "an attribute of type object"),
+        (lambda model: setattr(model.layers[4], "proj", torch.nn.Linear(16, 16, bias=True)), "layer 4 differs from layer 3"),
+        (lambda model: setattr(model, "tail_reads", 1), "what follows the layers reads"),
+        (_constant_input, "an input of kind CONSTANT_TENSOR"),
+        (lambda model: setattr(model, "before", lambda i, x: torch.relu(x) if i == 3 else torch.tanh(x)), "layer 3 calls"),
+        (lambda model: setattr(model, "before", lambda i, x: x * 2 if i == 2 else x), "the last layers traced make"),
+    ],
+    ids=["attribute-type", "weight-shapes", "tail-reads-an-earlier-layer", "constant-input", "other-op", "other-node-count"],
+)
+def test_each_reason_to_trace_whole_is_said_and_the_whole_trace_runs_as_the_model(caplog, change, reason):
+    """More of the reasons the layers are not shown alike, each named in the log (module docstring of
+    lowering/repeated.py); the program traced whole computes what the model does."""
+    model = Stack().eval()
+    change(model)
+    with caplog.at_level(logging.INFO, logger=repeated.__name__):
+        program, _ = export(model)
+    said = traced_layers(caplog)
+    assert "traced all 7 layers of layers" in said and reason in said, said
+    x = torch.randn(1, 3, 16)
+    torch.testing.assert_close(program.module()(x), model(x))

@@ -23,7 +23,7 @@ def tiny_vits(**overrides):
 
 def reference(model, ids: list[int], seed: int):
     """VitsModel.forward's waveform and per-token durations at ``seed`` (its two noises drawn inside)."""
-    from coreai_partitioner.text_to_speech.vits import reference
+    from coreai_partitioner.text_to_speech.families.vits import reference
 
     return reference(model, ids, seed)
 
@@ -31,8 +31,8 @@ def reference(model, ids: list[int], seed: int):
 @pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic-durations", "deterministic-durations"])
 def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, stochastic):
     from coreai_partitioner import save_pte
-    from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
-    from coreai_partitioner.text_to_speech.vits import _durations_call
+    from coreai_partitioner.text_to_speech.families.vits import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech.families.vits import _durations_call
     from coreai_partitioner.verify.describe import outside_delegates
 
     model = tiny_vits(use_stochastic_duration_prediction=stochastic)
@@ -56,8 +56,8 @@ def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, s
 def test_the_device_form_keeps_upstreams_contract_and_gives_vits_durations_and_waveform(tmp_path):
     from coreai_partitioner import save_pte
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
-    from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
-    from coreai_partitioner.text_to_speech.vits import durations_of
+    from coreai_partitioner.text_to_speech.families.vits import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech.families.vits import durations_of
     from coreai_partitioner.verify.describe import outside_delegates
 
     model = tiny_vits()
@@ -77,7 +77,7 @@ def test_the_device_form_keeps_upstreams_contract_and_gives_vits_durations_and_w
 
 
 def test_a_multi_speaker_vits_is_refused_naming_num_speakers_before_export():
-    from coreai_partitioner.text_to_speech import UnsupportedVits, lower_vits
+    from coreai_partitioner.text_to_speech.families.vits import UnsupportedVits, lower_vits
 
     model = tiny_vits()
     model.config.num_speakers = 2
@@ -87,7 +87,7 @@ def test_a_multi_speaker_vits_is_refused_naming_num_speakers_before_export():
 
 def test_too_many_frames_for_the_pte_is_refused_naming_max_frames(tmp_path):
     from coreai_partitioner import save_pte
-    from coreai_partitioner.text_to_speech import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech.families.vits import VitsProgram, lower_vits, synthesize
 
     program = VitsProgram(save_pte(lower_vits(tiny_vits(), max_tokens=12, max_frames=5), tmp_path / "vits.pte"))
     with pytest.raises(ValueError, match="--max-frames"):
@@ -135,3 +135,23 @@ def test_a_dry_run_names_both_methods_and_their_limits_without_lowering(tmp_path
     assert main(["export", "--config", "vits", "--dry-run", "--max-tokens", "32", "--out", str(tmp_path / "m.pte")]) == 0
     said = capsys.readouterr().out
     assert "durations(input_ids [1, 32]" in said and "F <= 4096" in said and not (tmp_path / "m.pte").exists()
+
+
+def test_a_third_family_registered_from_outside_the_package_exports_verifies_and_speaks(tmp_path):
+    """A family is one module (here ``tests/toy_speech_family.py``): registered, the export command finds its tiny
+    config, lowers and verifies it, and ``generate-speech`` runs its loop by the ``get_family`` the .pte carries."""
+    import toy_speech_family as toy
+
+    from coreai_partitioner.cli.main import main
+    from coreai_partitioner.text_to_speech import SpeechProgram, families
+
+    families.register(toy)
+    try:
+        pte, wav = tmp_path / "toy.pte", tmp_path / "toy.wav"
+        assert main(["export", "--config", "toy-speech", "--verify", "--out", str(pte)]) == 0
+        assert SpeechProgram(pte).family == "toy-speech"
+        assert main(["generate-speech", str(pte), "--ids", "1,2,3", "--out", str(wav)]) == 0
+        assert wav.stat().st_size > 44
+    finally:
+        families.unregister(toy.NAME)
+    assert "toy-speech" not in families.names()

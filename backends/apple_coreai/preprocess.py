@@ -19,7 +19,7 @@ Delivery (inline named data under ``coreai/<hash>/`` with its JSON manifest,
 sidecar through ``COREAI_SIDECAR_DIR``, AOT ``.aimodelc`` through
 ``xcrun coreai-build``) and the manifest (version 2: ordered I/O names, each
 file's size, a digest per bundle, which upstream's on-device runtime
-requires) mirror upstream in :mod:`coreai_partitioner._upstream`.
+requires) mirror upstream's ``CoreAIBackend`` (:mod:`.deliver`, :mod:`.manifest`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Keeping them in one folder means the next release of any of those packages
 touches it only; ``tests/test_private_names.py`` holds every other module to
 it.  A module per package: :mod:`.coreai_internals` (coreai-torch,
 coreai-core), :mod:`.executorch_internals`, :mod:`.torch_internals` (and
-transformers' one name); every name is ``_compat.<name>``.  Pinned: torch
+transformers' two names, T5's position buckets and the weights a model keeps in fp32, and diffusers' one, its
+configs' class field); every name is ``_compat.<name>``.  Pinned: torch
 2.13.0, executorch 1.5.1, coreai-torch 0.4.3, coreai-core 1.0.0b3.
 
 Importing this package imports torch, coreai-torch and coreai-core, never

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -114,13 +115,50 @@ def graph_signature_with_inputs(signature: Any, input_specs: list) -> Any:
     return dataclasses.replace(signature, input_specs=list(input_specs))
 
 
+#: :func:`rebuilt`'s default for a part: the program's own.
+_OWN: Any = object()
+
+
+def rebuilt(
+    program: Any,
+    *,
+    root: Any = _OWN,
+    graph: Any = _OWN,
+    signature: Any = _OWN,
+    state_dict: Any = _OWN,
+    range_constraints: Any = _OWN,
+    module_call_graph: Any = _OWN,
+    example_inputs: Any = _OWN,
+    constants: Any = _OWN,
+    verifiers: Any = _OWN,
+) -> Any:
+    """An ``ExportedProgram`` made anew from ``program``'s parts, each given one in place of its own (``root`` a graph
+    module; ``graph`` by default the root's).  Every program this package rebuilds is made here: the constructor's
+    keywords and what it validates change between torch releases."""
+    from torch.export import ExportedProgram
+
+    def own(part: Any, default: Any) -> Any:
+        return default if part is _OWN else part
+
+    root = own(root, program.graph_module)
+    return ExportedProgram(
+        root=root,
+        graph=own(graph, root.graph),
+        graph_signature=own(signature, program.graph_signature),
+        state_dict=own(state_dict, program.state_dict),
+        range_constraints=own(range_constraints, program.range_constraints),
+        module_call_graph=own(module_call_graph, program.module_call_graph),
+        example_inputs=own(example_inputs, program.example_inputs),
+        constants=own(constants, program.constants),
+        verifiers=own(verifiers, program.verifiers),
+    )
+
+
 def exported_program_like(program: Any, graph_module: Any, signature: Any, constants: dict) -> Any:
     """An ``ExportedProgram`` of ``program``'s kind (dialect, verifiers) over another graph, signature and constants.
 
     Range constraints keep only the symbols the new graph's placeholders still have.
     """
-    from torch.export import ExportedProgram
-
     symbols = set()
     for node in graph_module.graph.nodes:
         value = node.meta.get("val") if node.op == "placeholder" else None
@@ -128,17 +166,25 @@ def exported_program_like(program: Any, graph_module: Any, signature: Any, const
             for size in value.shape:
                 if isinstance(size, torch.SymInt):
                     symbols |= size.node.expr.free_symbols
-    return ExportedProgram(
+    return rebuilt(
+        program,
         root=graph_module,
-        graph=graph_module.graph,
-        graph_signature=signature,
-        state_dict=program.state_dict,
+        signature=signature,
         range_constraints={key: value for key, value in program.range_constraints.items() if key in symbols},
-        module_call_graph=program.module_call_graph,
         example_inputs=None,
         constants=constants,
         verifiers=list(program.verifiers),
     )
+
+
+def program_with_constants(program: Any, constants: dict) -> Any:
+    """A shallow copy of ``program`` whose constants are the dict ``constants`` (not :func:`rebuilt`: the constructor
+    validates a signature a caller's pass may have left stale)."""
+    import copy
+
+    own = copy.copy(program)
+    own._constants = constants
+    return own
 
 
 def fake_mode() -> Any:
@@ -336,3 +382,36 @@ def kept_in_fp32(model: Any, dtype: torch.dtype) -> Any:
         return lambda name: False
     pattern, groups, _ = build_glob_alternation(list(plan))
     return lambda name: (found := pattern.search(name)) is not None and plan[groups[found.lastgroup]] == torch.float32
+
+
+# ---------------------------------------------------------------- torch's node names (lowering/repeated.py)
+
+#: torch.fx's node names: a base, then ``_<number>`` from the second node of that base on.
+FX_NODE_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+
+
+def fx_name_parts(name: str) -> tuple[str, int] | None:
+    """A torch.fx node name's base and number (``add_3``: ``("add", 3)``; ``add``: ``("add", 0)``), or ``None``."""
+    match = FX_NODE_NAME.match(name)
+    return None if match is None else (match.group(1), int(match.group(2) or 0))
+
+
+def fx_name(base: str, number: int) -> str:
+    """The name torch.fx gives the ``number``-th node (from 0) of ``base``."""
+    return f"{base}_{number}" if number else base
+
+
+def layer_placeholder_name(name: str, path: str, old: int, new: int) -> str | None:
+    """torch.export's placeholder name for a tensor of module ``<path>.<old>`` (``p_layers_3_mlp_up_weight``: its
+    target's path, dots made underscores) for the same tensor of ``<path>.<new>``; ``None`` where it names no
+    ``<path>.<old>``."""
+    before, after = f"_{path.replace('.', '_')}_{old}_", f"_{path.replace('.', '_')}_{new}_"
+    return name.replace(before, after, 1) if before in name else None
+
+
+def layer_call_site_name(name: str, path: str, old: int, new: int) -> str | None:
+    """torch.export's name for a call-site node of module ``<path>.<old>`` (its module's path, dots made underscores,
+    then the export's suffix) for the same call site of ``<path>.<new>``; ``None`` where it is not named so."""
+    flat = path.replace(".", "_")
+    renamed, found = re.subn(rf"^{re.escape(flat)}_{old}_", f"{flat}_{new}_", name)
+    return renamed if found else None

@@ -23,15 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from coreai_partitioner.cli.checkpoint import UnknownTask, config_file
 from coreai_partitioner.cli.command import CommandError
 
 __all__ = [
     "Detection", "Head", "UnknownTask", "checkpoint_task", "config_file", "config_task", "refuse_other_task", "task_of", "tasks",
 ]
-
-
-class UnknownTask(ValueError):
-    """A checkpoint whose task this package does not export; names what it found and the tasks it takes."""
 
 
 @dataclass(frozen=True)
@@ -83,12 +80,14 @@ class Detection:
 
 @functools.cache
 def tasks() -> dict[str, Any]:
-    """Every task module of :mod:`coreai_partitioner.cli.tasks`, by its ``NAME``, in the order of their files."""
+    """Every task module of :mod:`coreai_partitioner.cli.tasks`, by its ``NAME``, in the order of their files, each
+    with the default of every optional hook it leaves out (:func:`~.task.with_defaults`)."""
     from coreai_partitioner.cli import tasks as package
+    from coreai_partitioner.cli.task import with_defaults
 
     found = {}
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name):
-        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        module = with_defaults(importlib.import_module(f"{package.__name__}.{info.name}"))
         found[module.NAME] = module
     return found
 
@@ -128,20 +127,6 @@ def task_of_files(checkpoint: Path) -> str | None:
         if task.DETECT.directory is not None and task.DETECT.directory(checkpoint):
             return name
     return None
-
-
-def config_file(checkpoint: Path) -> Path:
-    """``checkpoint``'s ``config.json``; refused naming what the directory is instead (none, a PEFT adapter)."""
-    path = checkpoint / "config.json"
-    if (checkpoint / "adapter_config.json").is_file() and not path.is_file():
-        raise UnknownTask(
-            f"--checkpoint {checkpoint} is a PEFT adapter, not a model: give its base model as --checkpoint and "
-            f"the adapter as --adapter {checkpoint} (text-generation)"
-        )
-    if not path.is_file():
-        what = "no such directory" if not checkpoint.is_dir() else "no config.json in it"
-        raise UnknownTask(f"--checkpoint {checkpoint}: {what}; give a local Hugging Face checkpoint directory")
-    return path
 
 
 def checkpoint_task(checkpoint: Path) -> str:

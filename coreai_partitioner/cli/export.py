@@ -38,7 +38,7 @@ import torch
 from coreai_partitioner import console
 from coreai_partitioner.cli import detect, flags
 from coreai_partitioner.cli.command import CommandError, run_command
-from coreai_partitioner.cli.task import Phases, Plan, Task
+from coreai_partitioner.cli.task import Phases, Plan, Task, layer_by_layer
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ def build_parser(task: Task, prog: str | None = None) -> argparse.ArgumentParser
     source.add_argument("--checkpoint", type=Path, help="a local Hugging Face checkpoint directory")
     flags.add(parser, (*flags.COMMON, *task.FLAGS))
     task.add_flags(parser)
+    parser.set_defaults(**{flags.dest(flag): None for flag in flags.NAMES if flag not in (*flags.COMMON, *task.FLAGS)})
     parser.set_defaults(**task.DEFAULTS)
     return parser
 
@@ -113,31 +114,23 @@ def settle(task: Task, args: argparse.Namespace) -> Plan:
             f"{', '.join(task.tiny_configs())})"
         )
     for flag in COUNTS:
-        value = getattr(args, flag, None)
+        value = vars(args)[flag]
         if value is not None and value < 1:
             raise CommandError(f"--{flag.replace('_', '-')} {value}: give at least 1")
     config = model_config(task, args)
     detect.refuse_other_task(task.NAME, args, config)  # before the task's own checks, whatever the task
     plan = task.settle(args, config)
     plan.tokenizer = choose_tokenizer(task, args) if plan.runner_tokenizer else None
-    if getattr(args, "generate", None) is not None and args.checkpoint and plan.tokenizer is None:
+    if args.generate is not None and args.checkpoint and plan.tokenizer is None:
         raise CommandError("--generate needs a tokenizer, and this export has none")
     return plan
 
 
 def model_config(task: Task, args: argparse.Namespace) -> Any:
-    """``--checkpoint``'s config, or ``--config``'s tiny one."""
+    """``--checkpoint``'s config (the task's ``load_config``), or ``--config``'s tiny one."""
     if not args.checkpoint:
         return task.tiny_config(args.config)
-    if hasattr(task, "load_config"):  # a checkpoint that is not one transformers model (a diffusers pipeline)
-        return task.load_config(args.checkpoint)
-    from transformers import AutoConfig
-
-    try:
-        detect.config_file(args.checkpoint)
-    except detect.UnknownTask as error:
-        raise CommandError(str(error)) from None
-    return AutoConfig.from_pretrained(args.checkpoint, local_files_only=True)
+    return task.load_config(args.checkpoint)
 
 
 def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
@@ -145,7 +138,7 @@ def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
     model, under ``--no-tokenizer``, or (with a warning) where a task that takes ``--no-tokenizer`` finds none."""
     from coreai_partitioner.text_decoder import tokenizer
 
-    if not args.checkpoint or getattr(args, "no_tokenizer", False):
+    if not args.checkpoint or args.no_tokenizer:
         return None
     found = tokenizer.choose(args.checkpoint)
     if found is not None:
@@ -164,96 +157,13 @@ def choose_tokenizer(task: Task, args: argparse.Namespace) -> Any:
 
 
 def load_model(task: Task, plan: Plan, dtype: torch.dtype, *, reference: bool = False) -> torch.nn.Module:
-    """The checkpoint at ``dtype``; or the tiny config's seeded model, made in fp32 and loaded into one made at ``dtype``
-    (what a checkpoint of it loads as), so its fp32 twin (``--verify``'s ``reference``) has the same weights.  The
-    reference of a checkpoint verified :func:`layer_by_layer` leaves every weight in the checkpoint until its module
-    runs."""
-    import transformers
+    """The task's model at ``dtype`` (its ``load_model``; ``reference``: ``--verify``'s fp32 one), with transformers'
+    own progress bar off where the command shows its own."""
     from transformers.utils import logging as transformers_logging
 
     if not console.verbose():
         transformers_logging.disable_progress_bar()  # its "Loading weights" bar: the command has its own
-    if hasattr(task, "load_model"):  # a task whose model is not one transformers auto class's (a pipeline's parts)
-        return task.load_model(plan, dtype)
-    auto = getattr(transformers, task.MODEL)
-    if plan.args.checkpoint:
-        if reference and plan.layer_by_layer:
-            from coreai_partitioner.quantize.streamed import load_streamed
-
-            model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype)  # --verify's reference: every weight
-        elif streams_weights(task, plan):
-            from coreai_partitioner.quantize.streamed import load_streamed
-
-            model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype, plan.args.quantize)
-        else:
-            model = auto.from_pretrained(
-                plan.args.checkpoint, config=plan.config, dtype=dtype, local_files_only=True, attn_implementation="eager"
-            ).eval()
-    else:
-        torch.manual_seed(0)
-        if hasattr(task, "tiny_model"):  # a task whose random init is not its tiny model's
-            model = task.tiny_model(plan.config)
-        else:
-            model = auto.from_config(plan.config, dtype=torch.float32, attn_implementation="eager").eval()
-        if dtype != torch.float32:
-            cast = auto.from_config(plan.config, dtype=dtype, attn_implementation="eager").eval()
-            cast.load_state_dict(model.state_dict())
-            model = cast
-    if plan.generation is not None:
-        model.generation_config = plan.generation
-    return model
-
-
-def streams_weights(task: Task, plan: Plan) -> bool:
-    """Whether the weights ``--quantize`` stores are read from the checkpoint one at a time as they are compressed
-    (:mod:`coreai_partitioner.quantize.streamed`): where it :func:`can_stream`, and under ``--verify`` only where its
-    fp32 reference runs a module at a time (:func:`layer_by_layer`): otherwise the model it loads whole is exported."""
-    return can_stream(task, plan) and (not plan.args.verify or plan.layer_by_layer)
-
-
-def can_stream(task: Task, plan: Plan) -> bool:
-    """A task that says it can (``STREAMS_WEIGHTS``) under ``--quantize``, a safetensors checkpoint, and no adapter
-    over it (PEFT wraps its layers)."""
-    args = plan.args
-    if not (getattr(task, "STREAMS_WEIGHTS", False) and args.quantize and args.checkpoint):
-        return False
-    from coreai_partitioner.quantize.streamed import checkpoint_files
-
-    return not getattr(plan, "adapters", None) and bool(checkpoint_files(args.checkpoint))
-
-
-#: ``--verify``'s fp32 reference runs a module at a time where the model's fp32 weights are more than this share of
-#: the machine's memory (the export's quantized program and the runtime's copy of it come on top).
-WHOLE_REFERENCE_SHARE = 0.5
-
-
-def layer_by_layer(task: Task, plan: Plan) -> bool:
-    """Whether ``--verify --quantize``'s fp32 reference runs a module at a time, each weight read from the
-    checkpoint while its module runs (:func:`~coreai_partitioner.quantize.streamed.read_while_running`): where the
-    export :func:`can_stream` and the fp32 weights are over :data:`WHOLE_REFERENCE_SHARE` of :func:`memory_bytes`.
-    The export then streams too, and the quantized eager model runs its weights compressed, each expanded when its
-    op runs."""
-    if not (plan.args.verify and can_stream(task, plan)):
-        return False
-    from coreai_partitioner.quantize.streamed import checkpoint_files
-
-    return 4 * stored_elements(checkpoint_files(plan.args.checkpoint)) > WHOLE_REFERENCE_SHARE * memory_bytes()
-
-
-def stored_elements(files: dict[str, Path]) -> int:
-    """The elements of every tensor in a safetensors checkpoint (``checkpoint_files``'), from the files' headers."""
-    from safetensors import safe_open
-
-    count = 0
-    for path in set(files.values()):
-        with safe_open(str(path), "pt") as file:
-            count += sum(math.prod(file.get_slice(key).get_shape()) for key in file.keys())
-    return count
-
-
-def memory_bytes() -> int:
-    """This machine's physical memory."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return task.load_model(plan, dtype, reference=reference)
 
 
 def export(task: Task, plan: Plan, staging: Path) -> None:
@@ -270,7 +180,8 @@ def export(task: Task, plan: Plan, staging: Path) -> None:
             with phases("fp32 reference" + (", a module at a time" if plan.layer_by_layer else "")):
                 model = load_model(task, plan, torch.float32, reference=True)
                 if plan.layer_by_layer:
-                    from coreai_partitioner.quantize.streamed import read_while_running
+                    from coreai_partitioner.checkpoints import read_while_running
+                    from coreai_partitioner.checkpoints.files import WHOLE_REFERENCE_SHARE
 
                     logger.info("the fp32 weights are over %d%% of this machine's memory: --verify's reference runs "
                                 "a module at a time", 100 * WHOLE_REFERENCE_SHARE)
@@ -318,7 +229,9 @@ def write_lowered(lowered: Any, pte: Path) -> dict[str, Path]:
     from coreai_partitioner.lowering.external_data import write_program
     from coreai_partitioner.lowering.lower import to_executorch
 
-    if hasattr(lowered, "save"):
+    from executorch.exir import EdgeProgramManager
+
+    if not isinstance(lowered, EdgeProgramManager):  # programs over one base: they write themselves
         return lowered.save(pte)
     written = write_program(to_executorch(lowered), pte)
     return {"model": written["pte"], **({"data": written["ptd"]} if "ptd" in written else {})}

@@ -89,6 +89,15 @@ _DEFINITIONS: dict[str, dict[str, Any] | Callable[[], dict[str, Any]]] = {
 }
 
 
+#: Every shared flag's name.
+NAMES = tuple(_DEFINITIONS)
+
+
+def dest(flag: str) -> str:
+    """The attribute a flag parses to (``--max-context-len``: ``max_context_len``)."""
+    return flag.lstrip("-").replace("-", "_")
+
+
 def definition(flag: str) -> dict[str, Any]:
     """``add_argument``'s keywords for the shared flag ``flag``."""
     keywords = _DEFINITIONS[flag]
@@ -139,8 +148,7 @@ def add(parser: argparse.ArgumentParser, names: tuple[str, ...], deprecated: dic
     """Add the shared flags ``names`` to ``parser`` and their ``deprecated`` spellings (parsed, not shown); a flag's
     keywords may be overridden by its ``dest`` (``max_context_len=dict(default=2048)``)."""
     for flag in names:
-        dest = flag.lstrip("-").replace("-", "_")
-        keywords = {**definition(flag), **overrides.get(dest, {})}
+        keywords = {**definition(flag), **overrides.get(dest(flag), {})}
         parser.add_argument(*((SHORT[flag], flag) if flag in SHORT else (flag,)), **keywords)
         for old in deprecated.get(flag, ()):
-            parser.add_argument(old, dest=dest, type=keywords.get("type"), action=_OldSpelling, flag=flag, help=argparse.SUPPRESS)
+            parser.add_argument(old, dest=dest(flag), type=keywords.get("type"), action=_OldSpelling, flag=flag, help=argparse.SUPPRESS)

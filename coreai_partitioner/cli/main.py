@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         return _verify(args)
     if args.command == "export-optimum":
         return _export_optimum(args)
-    if hasattr(args, "run"):  # a task's generate-* command
+    if args.run is not None:  # a task's generate-* command
         return args.run(args)
     return _inspect(args)
 
@@ -45,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The commands but ``export`` and ``export-llm``, which parse their own lines (named here for ``--help``)."""
     parser = argparse.ArgumentParser(prog=PROG)
+    parser.set_defaults(run=None)  # a task's generate-* command sets its own
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser(
         "export", add_help=False, help="export any checkpoint, its task read off its config (its --help says how)"
@@ -82,8 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     from coreai_partitioner.cli.detect import tasks
 
     for task in tasks().values():  # the loops that run a task's .pte: generate-speech, generate-image
-        if hasattr(task, "add_generate_command"):
-            task.add_generate_command(commands)
+        task.add_generate_command(commands)
     return parser
 
 

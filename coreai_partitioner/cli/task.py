@@ -3,27 +3,29 @@
 A task is a module of :mod:`coreai_partitioner.cli.tasks`: it says how its
 checkpoints are recognised (``DETECT``, :mod:`.detect`), which shared flags
 it takes (``FLAGS``, :mod:`.flags`), and supplies only what is its own
-(:class:`Task`); the command (:mod:`.export`) does the rest.  The functions
-below are steps more than one task calls from its own.
+(:class:`Task`, every hook the command calls); the command (:mod:`.export`)
+does the rest.  A hook a task may leave out has a default
+(:func:`with_defaults`, which the registry applies to each task module).
+The functions below are steps more than one task calls from its own.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Protocol
+from types import ModuleType
+from typing import Any, Iterator, Protocol
 
 import torch
 
+from coreai_partitioner.cli.checkpoint import transformers_config
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.flags import DTYPES
-
-if TYPE_CHECKING:
-    from coreai_partitioner.cli.detect import Detection
 
 
 class Task(Protocol):
@@ -34,22 +36,43 @@ class Task(Protocol):
     :class:`.detect.Detection`), ``MODEL`` (the ``transformers`` auto class it loads),
     ``RUNNER`` (what runs its ``.pte``, for messages), ``FLAGS`` (the
     shared flags it takes beyond :data:`.flags.COMMON`), ``DEFAULTS`` (their
-    defaults for it) and these functions.
+    defaults for it) and these functions.  Those marked *optional* have a default
+    (:func:`with_defaults`): ``STREAMS_WEIGHTS``, :meth:`load_config`,
+    :meth:`load_model`, :meth:`tiny_model` and :meth:`add_generate_command`.
     """
 
     NAME: str
-    DETECT: Detection
+    DETECT: Any  # a detect.Detection (detect imports this module)
     MODEL: str
     RUNNER: str
     FLAGS: tuple[str, ...]
     DEFAULTS: dict[str, Any]
+    #: Optional (default ``False``): under ``--quantize``, the weights it stores may be read from a safetensors
+    #: checkpoint one at a time as they are compressed (:func:`streams_weights`).
+    STREAMS_WEIGHTS: bool
 
     def tiny_configs(self) -> list[str]:
         """The ``--config`` names: its tiny random models."""
 
     def tiny_config(self, name: str) -> Any:
-        """The config of the tiny random model ``name``.  (A task whose tiny model is not ``MODEL.from_config`` of
-        it, seeded, also gives ``tiny_model(config)``: the model in fp32.)"""
+        """The config of the tiny random model ``name``."""
+
+    def tiny_model(self, config: Any) -> torch.nn.Module:
+        """Optional: the tiny random model of ``config`` in fp32, after ``torch.manual_seed(0)`` (default:
+        ``MODEL.from_config``, :func:`auto_tiny_model`)."""
+
+    def load_config(self, checkpoint: Path) -> Any:
+        """Optional: ``--checkpoint``'s config (default: transformers', :func:`transformers_config`; a checkpoint that
+        is not one transformers model, a diffusers pipeline, has its own)."""
+
+    def load_model(self, plan: Plan, dtype: torch.dtype, *, reference: bool = False) -> torch.nn.Module:
+        """Optional: the model to export at ``dtype``, or (``reference``) ``--verify``'s fp32 reference (default:
+        ``MODEL``'s, :func:`auto_model`; a task whose model is not one auto class's, a pipeline's parts, has its
+        own)."""
+
+    def add_generate_command(self, commands: Any) -> None:
+        """Optional: add the command that runs its ``.pte`` (``generate-speech``) to ``python -m coreai_partitioner``'s
+        subcommands, setting its ``run`` (default: none)."""
 
     def add_flags(self, parser: argparse.ArgumentParser) -> None:
         """Its own flags."""
@@ -96,7 +119,7 @@ class Plan:
     config: Any
     tokenizer: Any = None  # decoder.tokenizer.Tokenizer, or None (a tiny model's is made); settled after the task's checks
     runner_tokenizer: bool = True  # ExecuTorch's runner reads the tokenizer (checked first); False: the .pte's caller tokenizes
-    layer_by_layer: bool = False  # --verify's references run a module at a time (export.layer_by_layer); set at export
+    layer_by_layer: bool = False  # --verify's references run a module at a time (:func:`layer_by_layer`); set at export
 
     @property
     def dtype(self) -> torch.dtype:
@@ -111,6 +134,115 @@ class Plan:
     def generation(self) -> Any:
         """A ``GenerationConfig`` the loaded model carries instead of its own, or ``None``."""
         return None
+
+    @property
+    def streamable(self) -> bool:
+        """Whether the model exported is the checkpoint's own modules, so its weights may stay in the checkpoint until
+        read (a plan that wraps them, a PEFT adapter's, says not)."""
+        return True
+
+
+# ---------------------------------------------------------------- the hooks' defaults
+
+#: What a task module must define: the :class:`Task` protocol's names but the optional ones.
+OPTIONAL = ("STREAMS_WEIGHTS", "tiny_model", "load_config", "load_model", "add_generate_command")
+REQUIRED = tuple(name for name in (*Task.__annotations__, *vars(Task)) if not name.startswith("_") and name not in OPTIONAL)
+
+
+def with_defaults(task: ModuleType) -> ModuleType:
+    """``task`` (a module of :mod:`.tasks`) with each optional hook it leaves out set to its default; a task that lacks
+    a hook it must define is refused, naming it."""
+    missing = [name for name in REQUIRED if name not in vars(task)]
+    if missing:
+        raise TypeError(f"task module {task.__name__} defines no {', '.join(missing)}: every task defines the Task protocol's hooks (cli/task.py)")
+    defaults = {
+        "STREAMS_WEIGHTS": False,
+        "tiny_model": functools.partial(auto_tiny_model, task),
+        "load_config": transformers_config,
+        "load_model": functools.partial(auto_model, task),
+        "add_generate_command": no_generate_command,
+    }
+    for name, default in defaults.items():
+        vars(task).setdefault(name, default)
+    return task
+
+
+def no_generate_command(commands: Any) -> None:
+    """The default ``add_generate_command``: a task whose ``.pte`` a runner of ExecuTorch's runs adds none."""
+
+
+def auto_tiny_model(task: Task, config: Any) -> torch.nn.Module:
+    """The default ``tiny_model``: ``MODEL.from_config`` in fp32 (the seed set by the caller)."""
+    import transformers
+
+    return getattr(transformers, task.MODEL).from_config(config, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def auto_model(task: Task, plan: Plan, dtype: torch.dtype, *, reference: bool = False) -> torch.nn.Module:
+    """The default ``load_model``: the checkpoint at ``dtype`` as ``MODEL`` loads it, its weights left in it where
+    :func:`streams_weights` (those ``--quantize`` stores) or :func:`layer_by_layer` (``--verify``'s reference: every
+    one); or the tiny config's seeded model, made in fp32 and loaded into one made at ``dtype`` (what a checkpoint of
+    it loads as), so its fp32 twin (``--verify``'s reference) has the same weights."""
+    import transformers
+
+    auto = getattr(transformers, task.MODEL)
+    if plan.args.checkpoint:
+        if reference and plan.layer_by_layer:
+            from coreai_partitioner.quantize.streamed import load_streamed
+
+            model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype)  # --verify's reference: every weight
+        elif streams_weights(task, plan):
+            from coreai_partitioner.quantize.streamed import load_streamed
+
+            model = load_streamed(auto, plan.args.checkpoint, plan.config, dtype, plan.args.quantize)
+        else:
+            model = auto.from_pretrained(
+                plan.args.checkpoint, config=plan.config, dtype=dtype, local_files_only=True, attn_implementation="eager"
+            ).eval()
+    else:
+        torch.manual_seed(0)
+        model = task.tiny_model(plan.config)
+        if dtype != torch.float32:
+            cast = auto.from_config(plan.config, dtype=dtype, attn_implementation="eager").eval()
+            cast.load_state_dict(model.state_dict())
+            model = cast
+    if plan.generation is not None:
+        model.generation_config = plan.generation
+    return model
+
+
+# ---------------------------------------------------------------- weights left in the checkpoint
+
+
+def can_stream(task: Task, plan: Plan) -> bool:
+    """A task that says it can (``STREAMS_WEIGHTS``) under ``--quantize``, a safetensors checkpoint, and a plan that
+    exports the checkpoint's own modules (:attr:`Plan.streamable`)."""
+    args = plan.args
+    if not (task.STREAMS_WEIGHTS and args.quantize and args.checkpoint and plan.streamable):
+        return False
+    from coreai_partitioner.checkpoints import checkpoint_files
+
+    return bool(checkpoint_files(args.checkpoint))
+
+
+def streams_weights(task: Task, plan: Plan) -> bool:
+    """Whether the weights ``--quantize`` stores are read from the checkpoint one at a time as they are compressed
+    (:mod:`coreai_partitioner.quantize.streamed`): where it :func:`can_stream`, and under ``--verify`` only where its
+    fp32 reference runs a module at a time (:func:`layer_by_layer`): otherwise the model it loads whole is exported."""
+    return can_stream(task, plan) and (not plan.args.verify or plan.layer_by_layer)
+
+
+def layer_by_layer(task: Task, plan: Plan) -> bool:
+    """Whether ``--verify --quantize``'s fp32 reference runs a module at a time, each weight read from the
+    checkpoint while its module runs (:func:`~coreai_partitioner.checkpoints.read_while_running`): where the
+    export :func:`can_stream` and the checkpoint is too large to hold whole
+    (:func:`~coreai_partitioner.checkpoints.too_large_to_hold`).  The export then streams too, and the quantized
+    eager model runs its weights compressed, each expanded when its op runs."""
+    if not (plan.args.verify and can_stream(task, plan)):
+        return False
+    from coreai_partitioner.checkpoints import too_large_to_hold
+
+    return too_large_to_hold(plan.args.checkpoint)
 
 
 class Phases:
@@ -213,6 +345,15 @@ def tokenizer_and_preprocessor(plan: Plan, directory: Path, tiny: Any, without: 
         return [*written, copy_beside(source, directory)]
     warnings.warn(f"{args.checkpoint} has no preprocessor_config.json: {without}", stacklevel=3)
     return written
+
+
+def describe_encoder_decoder(pte: Any, encoder_inputs: str, vocab_size: int, slots: int) -> None:
+    """The methods of an encoder-decoder ``.pte`` (speech recognition, text-to-text generation) and their delegates."""
+    print(f"  methods: {', '.join(pte.methods)}")
+    print(f"  encoder({encoder_inputs}) -> cross-attention keys and values: "
+          f"{len(pte.coreai_delegates('encoder'))} Core AI delegate")
+    print(f"  text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, {vocab_size}]: "
+          f"{len(pte.coreai_delegates('text_decoder'))} Core AI delegate; {slots} cache slots")
 
 
 def copy_beside(source: Path, directory: Path) -> Path:

@@ -59,6 +59,16 @@ class VisionLanguage(EmbeddedDecoder):
         self.image_tokens = image_tokens
         self.image_token_id = image_token_id
 
+    @classmethod
+    def of_config(cls, config, *, tower: nn.Module, projector: nn.Module, decoder: Decoder, image_tokens: int):
+        """The model of a Hugging Face vision-language ``config`` (its ``model_type``, square images of its vision
+        config's ``image_size``, its ``image_token_id``) over these parts, in eval mode."""
+        side = config.vision_config.image_size
+        return cls(
+            model_type=config.model_type, tower=tower, projector=projector, decoder=decoder, image_size=(side, side),
+            image_tokens=image_tokens, image_token_id=config.image_token_id,
+        ).eval()
+
     def vision_encoder(self, pixels: torch.Tensor) -> torch.Tensor:
         """``[1, 3, H, W]`` (the processor's pixel values) -> ``[1, image_tokens, D]``."""
         features = self.projector(self.tower(pixels)).to(self.decoder.dtype)

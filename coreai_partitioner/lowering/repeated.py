@@ -125,6 +125,7 @@ def _layer_key(layer: nn.Module, index: int) -> tuple:
 
 
 def _value_key(value: Any, index: int) -> Any:
+    """What of an attribute's ``value`` can change a trace (layer ``index``'s own index left out of a string)."""
     if isinstance(value, str):  # a path naming the layer, for messages: its own index left out
         return (str, re.sub(rf"(?<=\.){index}(?=\.|$)", "#", value))
     if isinstance(value, _SIMPLE) or isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
@@ -284,15 +285,41 @@ class _Repeat:
     # -- writing the repeated program
 
     def program(self) -> ExportedProgram:
+        """The program of all ``count`` layers, node for node the one the whole trace makes, written in the whole
+        trace's order: the placeholders (:meth:`_write_placeholders`), the traced layers and a copy of the last one
+        per repeated layer (:meth:`_write_layers`), what follows the layers (:meth:`_write_tail`), the outputs
+        (:meth:`_write_outputs`); then the weights and state the new inputs name (:meth:`_tensors`)."""
         source = self.source
-        signature = source.graph_signature
         graph = fx.Graph()
-        env: dict[fx.Node, fx.Node] = {}
+        env: dict[fx.Node, fx.Node] = {}  # each traced node's node in the new graph
+        input_specs, inputs = self._write_placeholders(graph, env)
+        copies = self._write_layers(graph, env, inputs)
+        read_last = self._write_tail(graph, env, copies)
+        output_specs = self._write_outputs(graph, env, copies, read_last)
+        graph.lint()
+        state_dict, constants = self._tensors(input_specs)
+        return _compat.rebuilt(
+            source,
+            graph=graph,
+            signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
+            state_dict=state_dict,
+            range_constraints=copy.copy(source.range_constraints),
+            module_call_graph=copy.deepcopy(source.module_call_graph),
+            example_inputs=None,
+            constants=constants,
+            verifiers=[source.verifier],
+        )
+
+    def _write_placeholders(
+        self, graph: fx.Graph, env: dict[fx.Node, fx.Node]
+    ) -> tuple[list[InputSpec], dict[tuple[int, str], fx.Node]]:
+        """The traced program's placeholders, each repeated layer's after the last traced layer's of the same kind
+        (parameters, buffers), as the whole trace orders them; their input specs, and each layer's input by ``(layer,
+        name in the layer)``."""
+        signature = self.source.graph_signature
         inputs: dict[tuple[int, str], fx.Node] = {}
         input_specs: list[InputSpec] = []
         last = TRACED - 1
-
-        # Placeholders: each repeated layer's after the last traced layer's, parameters and buffers alike.
         last_of_kind = {
             kind: max(i for i, s in enumerate(signature.input_specs) if s.kind == kind and self._layer_spec(s) is not None)
             for kind in {s.kind for s in signature.input_specs if self._layer_spec(s) is not None}
@@ -314,8 +341,14 @@ class _Repeat:
                         inputs[(layer, found[1])] = created
                         target = f"{self.prefix}{layer}.{found[1]}"
                         input_specs.append(InputSpec(template.kind, TensorArgument(created.name), target, template.persistent))
+        return input_specs, inputs
 
-        # The traced layers as they are, then a copy of the last one per repeated layer, then the tail.
+    def _write_layers(
+        self, graph: fx.Graph, env: dict[fx.Node, fx.Node], inputs: dict[tuple[int, str], fx.Node]
+    ) -> dict[int, dict[int, fx.Node]]:
+        """The traced layers as they are, then a copy of the last one per repeated layer, each over its own inputs
+        and the layer before's output; each layer's nodes from the last traced one on, by position in its region."""
+        last = TRACED - 1
         for region in self.regions:
             for node in region:
                 env[node] = graph.node_copy(node, env.__getitem__)
@@ -325,6 +358,7 @@ class _Repeat:
             previous = copies[layer - 1]
 
             def read(node: fx.Node) -> fx.Node:
+                """What layer ``layer``'s copy reads where the last traced layer reads ``node``."""
                 if node in self.at:
                     return current[self.at[node]]
                 if node in self.previous_at:
@@ -335,9 +369,16 @@ class _Repeat:
             for i, node in enumerate(self.regions[-1]):
                 current[i] = self._copy(graph, node, read, layer)
             copies[layer] = current
+        return copies
+
+    def _write_tail(
+        self, graph: fx.Graph, env: dict[fx.Node, fx.Node], copies: dict[int, dict[int, fx.Node]]
+    ) -> Callable[[fx.Node], fx.Node]:
+        """What follows the layers, over the last layer's values; what it reads (for the outputs too)."""
         earlier = {node for region in self.regions[:-1] for node in region}
 
         def read_last(node: fx.Node) -> fx.Node:
+            """What the tail reads where the traced tail reads ``node``: the last layer's value, or a shared one."""
             if node in self.at:
                 return copies[self.count - 1][self.at[node]]
             if node in earlier and node in self.per_layer:
@@ -346,9 +387,17 @@ class _Repeat:
 
         for node in self.tail:
             env[node] = self._tail_copy(graph, node, read_last)
+        return read_last
 
-        # Outputs: each repeated layer's new state after the last traced layer's.
-        output = source.graph.output_node()
+    def _write_outputs(
+        self, graph: fx.Graph, env: dict[fx.Node, fx.Node], copies: dict[int, dict[int, fx.Node]],
+        read_last: Callable[[fx.Node], fx.Node],
+    ) -> list[OutputSpec]:
+        """The output node: the traced outputs, each repeated layer's new state after the last traced layer's; their
+        output specs."""
+        signature = self.source.graph_signature
+        last = TRACED - 1
+        output = self.source.graph.output_node()
         values, descriptions = list(output.args[0]), output.meta.get("desc")
         new_values, new_descriptions, output_specs = [], [], []
         last_state = max(
@@ -378,9 +427,12 @@ class _Repeat:
         created.meta = copy.copy(output.meta)
         if descriptions:
             created.meta["desc"] = new_descriptions
-        graph.lint()
+        return output_specs
 
-        # Weights and state in the order of their inputs, as the whole trace keeps them.
+    def _tensors(self, input_specs: list[InputSpec]) -> tuple[dict, dict]:
+        """The state dict and constants of ``input_specs``, in their order as the whole trace keeps them: the traced
+        program's tensors, each repeated layer's from the model."""
+        source = self.source
         tensors = {**dict(self.model.named_parameters(remove_duplicate=False)), **dict(self.model.named_buffers(remove_duplicate=False))}
         state_dict, constants = {}, {}
         for spec in input_specs:
@@ -389,22 +441,15 @@ class _Repeat:
             elif spec.kind == InputKind.BUFFER:
                 constants[spec.target] = source.constants[spec.target] if spec.target in source.constants else tensors[spec.target]
         constants.update((name, value) for name, value in source.constants.items() if name not in constants)
-        return ExportedProgram(
-            root=source.graph_module,
-            graph=graph,
-            graph_signature=ExportGraphSignature(input_specs=input_specs, output_specs=output_specs),
-            state_dict=state_dict,
-            range_constraints=copy.copy(source.range_constraints),
-            module_call_graph=copy.deepcopy(source.module_call_graph),
-            example_inputs=None,
-            constants=constants,
-            verifiers=[source.verifier],
-        )
+        return state_dict, constants
 
     def _layer_spec(self, spec: InputSpec) -> tuple[int, str] | None:
+        """``(layer, name in the layer)`` of an input spec of one layer's parameter or buffer."""
         return self.layer_input(self.placeholders[spec.arg.name])
 
     def _placeholder(self, graph: fx.Graph, node: fx.Node, name: str, layer: int | None) -> fx.Node:
+        """A copy of placeholder ``node`` named ``name``; for a repeated ``layer``, its meta naming that layer and
+        its value that layer's tensor's."""
         created = graph.placeholder(name)
         created.meta = copy.copy(node.meta)
         if layer is not None:
@@ -419,38 +464,32 @@ class _Repeat:
         """Layer ``layer``'s copy of the last traced layer's ``node``, named as the whole trace names it."""
         target = self.target_in(node.target, layer)
         if target is not node.target:  # a call site, named after its op: its module's path, then the export's suffix
-            flat = self.path.replace(".", "_")
-            name, found = re.subn(rf"^{re.escape(flat)}_{TRACED - 1}_", f"{flat}_{layer}_", node.name)
-            if not found:
+            name = _compat.layer_call_site_name(node.name, self.path, TRACED - 1, layer)
+            if name is None:
                 raise NotRepeatable(f"call site {node.name} is not named after its module")
         else:
             base, number, step = self.name_step[self.at[node]]
-            name = _name(base, number + (layer - TRACED + 1) * step)
+            name = _compat.fx_name(base, number + (layer - TRACED + 1) * step)
         created = _node_copy(graph, node, read, name)
         created.target = target
         created.meta.update(_layer_meta(node.meta, self.path, TRACED - 1, layer))
         return created
 
     def _tail_copy(self, graph: fx.Graph, node: fx.Node, read: Callable[[fx.Node], fx.Node]) -> fx.Node:
+        """The copy of a node after the layers, its name's number moved on by as many of its kind as the repeated
+        layers make."""
         base, number = _name_parts(node.name)
         if base in self.unsure:
             raise NotRepeatable(f"cannot tell how the whole trace names {node.name}")
-        return _node_copy(graph, node, read, _name(base, number + (self.count - TRACED) * self.base_step.get(base, 0)))
-
-
-#: torch.fx's node names: a base, then ``_<number>`` from the second node of that base on.
-_NAME = re.compile(r"^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$")
+        return _node_copy(graph, node, read, _compat.fx_name(base, number + (self.count - TRACED) * self.base_step.get(base, 0)))
 
 
 def _name_parts(name: str) -> tuple[str, int]:
-    match = _NAME.match(name)
-    if match is None:
+    """A node name's base and number (:func:`~coreai_partitioner._compat.fx_name_parts`); refused if it has none."""
+    parts = _compat.fx_name_parts(name)
+    if parts is None:
         raise NotRepeatable(f"node name {name!r}")
-    return match.group(1), int(match.group(2) or 0)
-
-
-def _name(base: str, number: int) -> str:
-    return f"{base}_{number}" if number else base
+    return parts
 
 
 def _node_copy(graph: fx.Graph, node: fx.Node, read: Callable[[fx.Node], fx.Node], name: str) -> fx.Node:
@@ -490,11 +529,12 @@ def _renamed_desc(description: Any, path: str, old: int, new: int) -> Any:
 
 
 def _renamed(name: str, path: str, old: int, new: int) -> str:
-    """A placeholder's name (``p_layers_3_mlp_up_weight``) for layer ``new``."""
-    before, after = f"_{path.replace('.', '_')}_{old}_", f"_{path.replace('.', '_')}_{new}_"
-    if before not in name:
+    """A placeholder's name (``p_layers_3_mlp_up_weight``) for layer ``new``
+    (:func:`~coreai_partitioner._compat.layer_placeholder_name`)."""
+    renamed = _compat.layer_placeholder_name(name, path, old, new)
+    if renamed is None:
         raise NotRepeatable(f"placeholder {name} does not name layer {old}")
-    return name.replace(before, after, 1)
+    return renamed
 
 
 def _renamed_path(text: str, path: str, old: int, new: int) -> str:

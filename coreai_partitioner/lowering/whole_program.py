@@ -180,14 +180,4 @@ def _casts_to_edge(program: ExportedProgram, config: Any) -> ExportedProgram:
     for node in _outside_ops(program):
         node.target = aten_to_edge(node.target)
     program.graph_module.recompile()
-    return ExportedProgram(
-        root=program.graph_module,
-        graph=program.graph,
-        graph_signature=program.graph_signature,
-        state_dict=program.state_dict,
-        range_constraints=program.range_constraints,
-        module_call_graph=program.module_call_graph,
-        example_inputs=program.example_inputs,
-        constants=program.constants,
-        verifiers=[EXIREdgeDialectVerifier(edge_compile_config=config, class_only=True)],
-    )
+    return _compat.rebuilt(program, verifiers=[EXIREdgeDialectVerifier(edge_compile_config=config, class_only=True)])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import warnings
@@ -185,9 +184,7 @@ def _with_own_constants(program: ExportedProgram) -> ExportedProgram:
     over from that dict: without this, lowering empties the caller's program
     of its lifted constants (``program.module()`` then fails with a KeyError).
     """
-    own = copy.copy(program)  # not ExportedProgram(...): that validates a signature a caller's pass may have left stale
-    own._constants = dict(program.constants)
-    return own
+    return _compat.program_with_constants(program, dict(program.constants))
 
 
 def _constant_placeholders(exported_program: ExportedProgram) -> frozenset[str]:

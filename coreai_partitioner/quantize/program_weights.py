@@ -157,16 +157,9 @@ def replace_weights(program: ExportedProgram, compressed: Mapping[str, Compresse
         state_dict.update({f"{name}_{buffer}": tensor for buffer, tensor in parts.buffers.items()})
     graph.lint()
     graph_module.recompile()
-    return ExportedProgram(
-        root=graph_module,
-        graph=graph,
-        graph_signature=ExportGraphSignature(specs, program.graph_signature.output_specs),
-        state_dict=state_dict,
-        range_constraints=program.range_constraints,
-        module_call_graph=program.module_call_graph,
-        example_inputs=program.example_inputs,
-        constants=program.constants,
-        verifiers=program.verifiers,
+    return _compat.rebuilt(
+        program, root=graph_module, graph=graph,
+        signature=ExportGraphSignature(specs, program.graph_signature.output_specs), state_dict=state_dict,
     )
 
 

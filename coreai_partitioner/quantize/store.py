@@ -38,7 +38,8 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
-from coreai_partitioner.quantize import program_weights, schemes, streamed
+from coreai_partitioner import checkpoints
+from coreai_partitioner.quantize import program_weights, schemes
 from coreai_partitioner.quantize.checks import check_call_sites, planned_weights
 from coreai_partitioner.quantize.schemes import QuantizationError
 from coreai_partitioner.quantize.weight_forms import Compressed, compress
@@ -75,7 +76,7 @@ def store_weights(
         f", {sum(c.form == scheme.promoted for c in compressed.values())} promoted" if scheme.promoted else "",
     )
     result = program_weights.replace_weights(program, compressed)
-    streamed.materialize_program(result)  # a streamed weight the scheme does not store here (a router read by mm)
+    checkpoints.materialize_program(result)  # a streamed weight the scheme does not store here (a router read by mm)
     check_call_sites(program, result, records)
     return result
 
@@ -83,13 +84,13 @@ def store_weights(
 def _compress(weight: torch.Tensor, planned: schemes.Planned, error: bool) -> Compressed:
     """``weight`` as ``planned.form`` (its table's squared error measured if ``error``); a transposed convolution's
     ``[in, out / groups, *kernel]`` with an integer scale per output channel (axis 1) or per block of input channels
-    (axis 0), as coreai-opt places them.  A weight :mod:`.streamed` left in the checkpoint is read now (an ``int``
+    (axis 0), as coreai-opt places them.  A weight :mod:`coreai_partitioner.checkpoints` left in the checkpoint is read now (an ``int``
     form's a few rows at a time), and dropped once compressed."""
     if planned.form.kind == "int" and planned.inputs == 0:
-        return compress(streamed.materialize(weight).transpose(0, 1), planned.form).transpose(0, 1)
-    read = streamed.row_reader(weight) if planned.form.kind == "int" else None  # a few rows at a time
+        return compress(checkpoints.materialize(weight).transpose(0, 1), planned.form).transpose(0, 1)
+    read = checkpoints.row_reader(weight) if planned.form.kind == "int" else None  # a few rows at a time
     return compress(
-        weight if read else streamed.materialize(weight), planned.form, axis=planned.axis, read=read, error=error
+        weight if read else checkpoints.materialize(weight), planned.form, axis=planned.axis, read=read, error=error
     )
 
 
@@ -121,5 +122,5 @@ def _promoted(
         if used + math.prod(w.shape) > budget:
             continue
         used += math.prod(w.shape)
-        promoted[w.name] = compress(streamed.materialize(program.state_dict[w.name]), scheme.promoted, axis=w.axis)
+        promoted[w.name] = compress(checkpoints.materialize(program.state_dict[w.name]), scheme.promoted, axis=w.axis)
     return promoted

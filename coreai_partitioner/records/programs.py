@@ -8,6 +8,8 @@ from typing import Any
 
 from torch.export import ExportedProgram
 
+from coreai_partitioner import _compat
+
 
 def with_own_graph(
     program: ExportedProgram,
@@ -29,10 +31,11 @@ def with_own_graph(
     else:
         graph = copy.deepcopy(root.graph)
         _keep_node_names(root.graph, graph)
-    copied = ExportedProgram(
+    copied = _compat.rebuilt(
+        program,
         root=root,
         graph=graph,
-        graph_signature=copy.deepcopy(program.graph_signature),
+        signature=copy.deepcopy(program.graph_signature),
         state_dict=dict(program.state_dict if state_dict is None else state_dict),
         range_constraints=copy.deepcopy(program.range_constraints),
         module_call_graph=copy.deepcopy(program.module_call_graph),

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from coreai_partitioner.text_decoder.adapter import adapt
+from coreai_partitioner.text_decoder.recompose import adapt
 from coreai_partitioner.text_decoder.decoder import Decoder
 from coreai_partitioner.text_decoder.shapes import DecoderShapes
 

@@ -5,7 +5,7 @@ of the adapters targets (:mod:`coreai_partitioner.text_decoder.slots`), lowers
 the decoder once with the slots' pairs as inputs and the weights in a data
 file (``external_data``); :func:`bind_adapters` then binds each adapter's
 pairs, and the base's zero pairs, as constants of a program of its own
-(:func:`~coreai_partitioner.lowering.bind.bind_inputs`).  Every program calls
+(:func:`~coreai_partitioner.adapters.bind.bind_inputs`).  Every program calls
 the same Core AI asset: the ``.ptd`` holds the base weights once, each
 adapter's ``.pte`` holds its own ``A`` and ``B`` and the graph.
 :meth:`AdapterPrograms.save` writes ``model.pte``, ``model.ptd`` and
@@ -105,7 +105,7 @@ def _data_sizes(files: Mapping[str, Any]) -> dict[str, int]:
 def bind_adapters(edge: Any, slots: AdapterSlots, adapters: Sequence[Adapter], shapes: Any) -> AdapterPrograms:
     """``edge`` (lowered with ``slots``' pairs as inputs of ``forward`` after ``tokens`` and ``input_pos``) bound to
     the base's zero pairs and to each adapter's: the :class:`AdapterPrograms` over its delegates."""
-    from coreai_partitioner.lowering.bind import bind_inputs
+    from coreai_partitioner.adapters.bind import bind_inputs
     from coreai_partitioner.lowering.device import check_delegates
 
     device = edge_is_device(edge)

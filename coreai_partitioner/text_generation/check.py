@@ -128,7 +128,7 @@ def eager_logits(
     lowered at (one call over the whole text), or a decoder step
     ``(tokens, input_pos) -> logits`` whose caches are its buffers: the
     quantized eager model ``lower_decoder(..., quantized_reference=)``
-    hands back, or :func:`~.adapter.adapt`'s decoder.  A step is fed from
+    hands back, or :func:`~coreai_partitioner.text_decoder.recompose.adapt`'s decoder.  A step is fed from
     empty caches as the program is, the prompt a chunk a call (the device
     form's ``forward`` a token a call), then the reference's tokens one a call.
     A quantized program's weights are expanded once, in a copy of

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner import _compat
-from coreai_partitioner.text_decoder.adapter import adapt
+from coreai_partitioner.text_decoder.recompose import adapt
 from coreai_partitioner.text_decoder.decoder import Decoder, state_buffers
 from coreai_partitioner.text_decoder.export import export_decoder
 from coreai_partitioner.text_decoder.shapes import DecoderShapes, runner_metadata

@@ -1,27 +1,15 @@
 """Text-to-speech: a checkpoint to one ``.pte`` with two methods, split where the length becomes data-dependent, and the
 loop that runs them to a waveform.
 
-- :mod:`.program`: :class:`~.program.SpeechProgram`, a ``.pte`` of either family loaded for its loop;
-- :mod:`.tiny`: the tiny random configs (``--config vits``, ``--config kokoro``);
-- :mod:`.vits`: transformers' ``VitsModel`` (MMS-TTS): ``durations`` and ``decoder``, :func:`~.vits.lower_vits`,
-  :func:`~.vits.synthesize`, :func:`~.vits.write_wav`;
-- :mod:`.kokoro`: Kokoro-82M's ``KModel``: the same two methods (its vocoder in :mod:`.istftnet`), :func:`~.kokoro.lower_kokoro`,
-  :func:`~.kokoro.synthesize` with a voice.
+- :mod:`.families`: a module a family, found by its name (:func:`~.families.family_of` a config):
+  :mod:`.families.vits`, transformers' ``VitsModel`` (MMS-TTS), and :mod:`.families.kokoro`, Kokoro-82M's
+  ``KModel`` (its vocoder in :mod:`.istftnet`); each holds its methods, how they lower, and its loop;
+- :mod:`.program`: :class:`~.program.SpeechProgram`, a ``.pte`` of any family loaded for its loop, and
+  :func:`~.program.write_wav`;
+- :mod:`.tiny`: the tiny random configs (``--config vits``, ``--config kokoro``).
 """
 
-from coreai_partitioner.text_to_speech.program import METHODS, SpeechProgram
-from coreai_partitioner.text_to_speech.vits import (
-    Durations,
-    Frames,
-    UnsupportedVits,
-    VitsProgram,
-    durations_of,
-    lower_vits,
-    synthesize,
-    write_wav,
-)
+from coreai_partitioner.text_to_speech.families import family_named, family_of, register
+from coreai_partitioner.text_to_speech.program import METHODS, SpeechProgram, SpeechReference, write_wav
 
-__all__ = [
-    "METHODS", "Durations", "Frames", "SpeechProgram", "UnsupportedVits", "VitsProgram", "durations_of", "lower_vits",
-    "synthesize", "write_wav",
-]
+__all__ = ["METHODS", "SpeechProgram", "SpeechReference", "family_named", "family_of", "register", "write_wav"]

@@ -40,7 +40,7 @@ from coreai_partitioner import console
 from coreai_partitioner.cli.command import CommandError
 from coreai_partitioner.cli.detect import Detection, Head
 from coreai_partitioner.cli.flags import DTYPES
-from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, describe_tokenizer, partitioner_options
+from coreai_partitioner.cli.task import Phases, Plan, checkpoint_generation, describe_encoder_decoder, describe_tokenizer, partitioner_options
 
 NAME = "automatic-speech-recognition"
 DETECT = Detection(takes="Whisper", heads=(Head(prefix="Whisper"), Head("ForSpeechSeq2Seq")), model_types=("whisper",))
@@ -217,11 +217,7 @@ def describe(plan: SpeechPlan, model: torch.nn.Module, pte: Any) -> None:
     slots = plan.args.max_context_len or config.max_target_positions
     print(f"{type(model).__name__} ({config.model_type}): {config.encoder_layers} + {config.decoder_layers} layers, "
           f"{plan.precision}, {plan.args.target} form")
-    print(f"  methods: {', '.join(pte.methods)}")
-    print(f"  encoder(features [1, {config.num_mel_bins}, 3000]) -> cross-attention keys and values: "
-          f"{len(pte.coreai_delegates('encoder'))} Core AI delegate")
-    print(f"  text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, {config.vocab_size}]: "
-          f"{len(pte.coreai_delegates('text_decoder'))} Core AI delegate; {slots} cache slots")
+    describe_encoder_decoder(pte, f"features [1, {config.num_mel_bins}, 3000]", config.vocab_size, slots)
 
 
 def check(plan: SpeechPlan, path: Path, verified: Any, eager: Any) -> Any:

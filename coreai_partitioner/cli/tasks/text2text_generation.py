@@ -36,7 +36,9 @@ import torch
 
 from coreai_partitioner import console
 from coreai_partitioner.cli.detect import Detection, Head
-from coreai_partitioner.cli.task import Phases, Plan, at_dtype, checkpoint_generation, copy_beside, describe_tokenizer, partitioner_options
+from coreai_partitioner.cli.task import (
+    Phases, Plan, at_dtype, checkpoint_generation, copy_beside, describe_encoder_decoder, describe_tokenizer, partitioner_options,
+)
 
 NAME = "text2text-generation"
 DETECT = Detection(
@@ -186,11 +188,7 @@ def describe(plan: Text2TextPlan, model: torch.nn.Module, pte: Any) -> None:
     config = model.config
     print(f"{type(model).__name__} ({config.model_type}, {config.feed_forward_proj}): {config.num_layers} + "
           f"{config.num_decoder_layers} layers, {plan.args.dtype}, {plan.args.target} form")
-    print(f"  methods: {', '.join(pte.methods)}")
-    print(f"  encoder(input_ids [1, T], T from 1 to {plan.max_input_len}) -> cross-attention keys and values: "
-          f"{len(pte.coreai_delegates('encoder'))} Core AI delegate")
-    print(f"  text_decoder(ids [1, 1], cross, cache_position [1]) -> logits [1, 1, {config.vocab_size}]: "
-          f"{len(pte.coreai_delegates('text_decoder'))} Core AI delegate; {plan.max_decode_len} cache slots")
+    describe_encoder_decoder(pte, f"input_ids [1, T], T from 1 to {plan.max_input_len}", config.vocab_size, plan.max_decode_len)
 
 
 def check(plan: Text2TextPlan, path: Path, verified: Any, eager: Any) -> Any:

@@ -57,7 +57,7 @@ DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 #: ``text_generation.lower_with_adapters`` keywords, by the flag whose ``dest`` each is.
 LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
 #: Under --quantize the weights it stores are read from the checkpoint as they are compressed (under --verify where the
-#: fp32 model would not fit: cli/export.py's layer_by_layer).
+#: fp32 model would not fit: cli/task.py's layer_by_layer).
 STREAMS_WEIGHTS = True
 
 
@@ -130,6 +130,10 @@ class TextPlan(Plan):
     chat_prompt: str | None = None  # --chat's message in the checkpoint's chat template
     adapters: list = field(default_factory=list)  # adapters.config.Adapter, read and checked against the config
     adapter_dirs: dict = field(default_factory=dict)  # name -> directory
+
+    @property
+    def streamable(self) -> bool:
+        return not self.adapters  # PEFT wraps the checkpoint's layers
 
 
 def settle(args: argparse.Namespace, config: Any) -> TextPlan:

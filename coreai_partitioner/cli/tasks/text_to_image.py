@@ -150,7 +150,7 @@ def _sample_shapes(config: Any, height: int, width: int) -> dict[str, list[str]]
 # ---------------------------------------------------------------- export
 
 
-def load_model(plan: ImagePlan, dtype: torch.dtype) -> torch.nn.Module:
+def load_model(plan: ImagePlan, dtype: torch.dtype, *, reference: bool = False) -> torch.nn.Module:
     """The pipeline's parts at ``dtype`` (a tiny pipeline's made seeded in fp32, then cast)."""
     from coreai_partitioner.text_to_image.pipeline import load_parts
     from coreai_partitioner.text_to_image.tiny import tiny_model

@@ -6,14 +6,14 @@
     python -m coreai_partitioner generate-speech out/model.pte --ids 0,19,0,45,0 --seed 0 --out speech.wav
     python -m coreai_partitioner generate-speech out/kokoro.pte --ids 50,83,54 --voice af_heart.pt --out speech.wav
 
-Two families: transformers' ``VitsModel`` (MMS-TTS; a checkpoint whose
-config names it) and Kokoro-82M (the ``kokoro`` package's ``KModel``; a
-directory of its ``config.json``, with ``istftnet`` and ``plbert``, and its
-``.pth``).  The .pte has two methods, split where the length becomes
-data-dependent: ``durations`` with ``T`` fixed at ``--max-tokens`` (the ids
-padded, a mask saying which are), and ``decoder`` with the frames ``F`` up to
-``--max-frames`` (:mod:`coreai_partitioner.text_to_speech.vits`,
-:mod:`coreai_partitioner.text_to_speech.kokoro`); one Core AI delegate each,
+Each family is a module of :mod:`coreai_partitioner.text_to_speech.families`,
+which this task asks for all that is its own: transformers' ``VitsModel``
+(MMS-TTS; a checkpoint whose config names it) and Kokoro-82M (the ``kokoro``
+package's ``KModel``; a directory of its ``config.json``, with ``istftnet``
+and ``plbert``, and its ``.pth``).  The .pte has two methods, split where the
+length becomes data-dependent: ``durations`` with ``T`` fixed at
+``--max-tokens`` (the ids padded, a mask saying which are), and ``decoder``
+with the frames ``F`` up to ``--max-frames``; one Core AI delegate each,
 plus ``get_family``, ``get_sampling_rate`` and the loop's limits.
 ``generate-speech`` is the loop: it draws the noises as the model draws them
 from ``--seed`` and writes a WAV at the model's sampling rate.  The app turns
@@ -30,52 +30,39 @@ kokoro==0.9.4 loguru``).
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from coreai_partitioner.cli.checkpoint import transformers_config
 from coreai_partitioner.cli.command import CommandError
-from coreai_partitioner.cli.detect import Detection, Head, UnknownTask, config_file
+from coreai_partitioner.cli.detect import Detection, Head
 from coreai_partitioner.cli.task import Phases, Plan, copy_beside, partitioner_options
+from coreai_partitioner.text_to_speech import families
 
 
-def is_kokoro(checkpoint: Path) -> bool:
-    """A directory holding Kokoro's ``config.json`` (its ``istftnet`` and ``plbert`` sections)."""
-    try:
-        raw = json.loads((Path(checkpoint) / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(raw, dict) and "istftnet" in raw and "plbert" in raw
+def _is_checkpoint(directory: Path) -> bool:
+    return families.family_of_directory(directory) is not None
 
 
 NAME = "text-to-speech"
 DETECT = Detection(
-    takes="a VitsModel (MMS-TTS) or a Kokoro-82M directory (KModel's config.json and .pth)",
-    heads=(Head("VitsModel"),), model_types=("vits",), directory=is_kokoro,
+    takes=" or ".join(family.TAKES for family in families.registry().values()),
+    heads=tuple(Head(head) for family in families.registry().values() for head in family.HEADS),
+    model_types=families.model_types, directory=_is_checkpoint,
 )
 MODEL = "VitsModel"
 RUNNER = "this package's generate-speech loop (python -m coreai_partitioner generate-speech)"
 FLAGS: tuple[str, ...] = ()
 DEFAULTS: dict[str, Any] = {}
-#: The files of a checkpoint an app needs to make the ids, copied beside the .pte: VITS's tokenizer, Kokoro's vocab.
-ID_FILES = {"vits": ("vocab.json", "tokenizer_config.json", "special_tokens_map.json"), "kokoro": ("config.json",)}
 #: How close the .pte's waveform is to the model's at the same seed, in fp32 (the issue's bound).
 LEAST_SNR_DB = 40.0
-#: ``--max-tokens`` and ``--max-frames`` where not given, per family: Kokoro's LSTMs are unrolled over both.
-LIMITS = {"vits": (256, 4096), "kokoro": (128, 512)}
-
-
-def family(config: Any) -> str:
-    return "kokoro" if getattr(config, "model_type", None) == "kokoro" else "vits"
 
 
 def tiny_configs() -> list[str]:
-    from coreai_partitioner.text_to_speech.tiny import NAMES
-
-    return list(NAMES)
+    return families.names()
 
 
 def tiny_config(name: str) -> Any:
@@ -84,38 +71,22 @@ def tiny_config(name: str) -> Any:
     return tiny_config(name)
 
 
-def tiny_model(config: Any) -> Any:
-    from coreai_partitioner.text_to_speech.tiny import tiny_model
-
-    return tiny_model(config)
-
-
 def load_config(checkpoint: Path) -> Any:
-    """A Kokoro directory's config (its weights file found), or a VITS checkpoint's ``VitsConfig``."""
-    if is_kokoro(checkpoint):
-        from coreai_partitioner.text_to_speech.kokoro import read_config
-
-        return read_config(checkpoint)
-    from transformers import AutoConfig
-
-    try:
-        config_file(checkpoint)
-    except UnknownTask as error:
-        raise CommandError(str(error)) from None
-    return AutoConfig.from_pretrained(checkpoint, local_files_only=True)
+    """The config of the family whose files the directory holds (Kokoro's), else the checkpoint's transformers
+    config."""
+    family = families.family_of_directory(checkpoint)
+    if family is not None:
+        return family.load_config(checkpoint)
+    return transformers_config(checkpoint)
 
 
-def load_model(plan: Plan, dtype: torch.dtype) -> torch.nn.Module:
-    """Kokoro's ``KModel`` or transformers' ``VitsModel``, from the checkpoint or the tiny config, in fp32."""
+def load_model(plan: Plan, dtype: torch.dtype, *, reference: bool = False) -> torch.nn.Module:
+    """The family's model, from the checkpoint or the tiny config, in fp32."""
     if not plan.args.checkpoint:
+        from coreai_partitioner.text_to_speech.tiny import tiny_model
+
         return tiny_model(plan.config)
-    if family(plan.config) == "kokoro":
-        from coreai_partitioner.text_to_speech.kokoro import load_model as load_kokoro
-
-        return load_kokoro(plan.config)
-    from transformers import VitsModel
-
-    return VitsModel.from_pretrained(plan.args.checkpoint, config=plan.config, dtype=dtype, local_files_only=True).eval()
+    return families.family_of(plan.config).load_model(plan.args.checkpoint, plan.config, dtype)
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -128,106 +99,58 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    from coreai_partitioner.text_to_speech import UnsupportedVits
-    from coreai_partitioner.text_to_speech.kokoro import UnsupportedKokoro
-
-    return (UnsupportedVits, UnsupportedKokoro)
+    return (families.UnknownFamily, *(family.Unsupported for family in families.registry().values()))
 
 
-def settle(args: argparse.Namespace, config: Any) -> Plan:
-    """A single-speaker VITS or a Kokoro, fp32, limits the decoder can take."""
+@dataclass
+class SpeechPlan(Plan):
+    family: Any = None  # the family module (text_to_speech.families)
+
+
+def settle(args: argparse.Namespace, config: Any) -> SpeechPlan:
+    """fp32; a config the family takes, and limits it can take."""
     if args.dtype != "fp32":
         raise CommandError(
             f"--dtype {args.dtype}: text-to-speech exports fp32 (a duration is a rounding of the predictor's output, "
             "which fp16's rounding can move by a frame, and the waveform's length with it); leave out --dtype"
         )
-    which = family(config)
-    tokens, frames = LIMITS[which]
-    if which == "kokoro":
-        from coreai_partitioner.text_to_speech.kokoro import check_config
-
-        check_config(config)
-        context = config.plbert["max_position_embeddings"]
-        tokens = min(tokens, context)
-    args.max_tokens = tokens if args.max_tokens is None else args.max_tokens
-    args.max_frames = frames if args.max_frames is None else args.max_frames
-    if which == "kokoro":
-        if not 3 <= args.max_tokens <= context or args.max_frames < 2:
-            raise CommandError(
-                f"--max-tokens {args.max_tokens} --max-frames {args.max_frames}: Kokoro takes 3 to {context} tokens "
-                "(its ALBERT's positions) and at least 2 frames"
-            )
-    else:
-        from coreai_partitioner.text_to_speech.vits import check_config
-
-        check_config(config)
-        if args.max_tokens < 1 or args.max_frames < 5:
-            raise CommandError(f"--max-tokens {args.max_tokens} --max-frames {args.max_frames}: give at least 1 and 5")
-    return Plan(args, config, runner_tokenizer=False)
+    family = families.family_of(config)
+    args.max_tokens, args.max_frames = family.limits(config, args.max_tokens, args.max_frames)
+    return SpeechPlan(args, config, runner_tokenizer=False, family=family)
 
 
-def dry_run(plan: Plan) -> None:
-    config, args = plan.config, plan.args
-    if family(config) == "kokoro":
-        print(f"Kokoro (KModel): {config.n_layer} layer(s), fp32, {args.target} form, {config.sampling_rate} Hz")
-        print(f"  durations(input_ids [1, {args.max_tokens}], attention_mask, style [1, 256], speed [1])")
-        print(f"  decoder(durations, prosody, text, style, phases, noise [1, F <= {args.max_frames}, ...]) -> waveform")
-    else:
-        from coreai_partitioner.text_to_speech.vits import hop_length
-
-        print(f"VitsModel (vits): {config.num_hidden_layers} text-encoder layer(s), fp32, {args.target} form, {config.sampling_rate} Hz")
-        print(f"  durations(input_ids [1, {args.max_tokens}], attention_mask, duration_noise [1, 2, {args.max_tokens}])")
-        print(f"  decoder(durations, prior_means, prior_log_variances, noise [1, {config.flow_size}, F <= {args.max_frames}]) "
-              f"-> waveform [1, F * {hop_length(config)}]")
+def dry_run(plan: SpeechPlan) -> None:
+    config, args, family = plan.config, plan.args, plan.family
+    print(f"{family.TITLE}: {family.layers(config)}, fp32, {args.target} form, {config.sampling_rate} Hz")
+    for line in family.methods(config, args.max_tokens, args.max_frames):
+        print(f"  {line}")
     print(f"  would write {args.out}")
 
 
 # ---------------------------------------------------------------- export
 
 
-@dataclass(frozen=True)
-class SpeechReference:
-    """The model's own forward on seeded random ids at a seed (Kokoro's in a seeded random voice): its waveform and
-    per-token durations."""
-
-    ids: list[int]
-    seed: int
-    waveform: torch.Tensor
-    durations: torch.Tensor
-    style: torch.Tensor | None = None
+def reference(plan: SpeechPlan, model: torch.nn.Module) -> Any:
+    """The family's seeded random ids through the model (:class:`~coreai_partitioner.text_to_speech.SpeechReference`)."""
+    return plan.family.seeded_reference(model, plan.config, plan.args.max_tokens)
 
 
-def reference(plan: Plan, model: torch.nn.Module) -> SpeechReference:
-    generator = torch.Generator().manual_seed(1)
-    if family(plan.config) == "kokoro":
-        from coreai_partitioner.text_to_speech.kokoro import reference
-
-        ids = torch.randint(1, plan.config.n_token, (min(plan.args.max_tokens - 2, 16),), generator=generator).tolist()
-        style = torch.randn(1, 256, generator=generator)
-        return SpeechReference(ids, 0, *reference(model, ids, style, seed=0), style=style)
-    from coreai_partitioner.text_to_speech.vits import reference
-
-    ids = torch.randint(0, model.config.vocab_size, (min(plan.args.max_tokens, 16),), generator=generator).tolist()
-    return SpeechReference(ids, 0, *reference(model, ids, seed=0))
-
-
-def lower(plan: Plan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
+def lower(plan: SpeechPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, Any]:
     """The family's methods lowered; ``None``: the reference (the fp32 model's waveform) is the ``.pte``'s judge."""
-    from coreai_partitioner.text_to_speech.kokoro import lower_kokoro
-    from coreai_partitioner.text_to_speech.vits import lower_vits
-
-    lower_family = lower_kokoro if family(plan.config) == "kokoro" else lower_vits
     with phases("export and lower"):
-        lowered = lower_family(
+        lowered = plan.family.lower(
             model, max_tokens=plan.args.max_tokens, max_frames=plan.args.max_frames,
             device=plan.args.target == "device", **partitioner_options(plan.args),
         )
     return lowered, None
 
 
-def describe(plan: Plan, model: torch.nn.Module, pte: Any) -> None:
-    name = "Kokoro (KModel)" if family(plan.config) == "kokoro" else "VitsModel (vits)"
-    print(f"{name}: fp32, {plan.args.target} form, {plan.config.sampling_rate} Hz")
+def eager(plan: SpeechPlan, lowered: Any, lowered_from: Any, verified: Any) -> Any:
+    """Nothing: the fp32 reference is the ``.pte``'s judge."""
+
+
+def describe(plan: SpeechPlan, model: torch.nn.Module, pte: Any) -> None:
+    print(f"{plan.family.TITLE}: fp32, {plan.args.target} form, {plan.config.sampling_rate} Hz")
     print(f"  methods: {', '.join(pte.methods)}")
     for method in ("durations", "decoder"):
         print(f"  {method}: {len(pte.coreai_delegates(method))} Core AI delegate(s)")
@@ -240,7 +163,7 @@ class SpeechReport:
     durations_equal: bool
     snr_db: float
     samples: tuple[int, int]  # the .pte's, the model's
-    against: str = "VitsModel's forward at the same seed"
+    against: str
 
     @property
     def ok(self) -> bool:
@@ -255,33 +178,24 @@ class SpeechReport:
         )
 
 
-def check(plan: Plan, path: Path, verified: SpeechReference, eager: Any) -> SpeechReport:
+def check(plan: SpeechPlan, path: Path, verified: Any, eager: Any) -> SpeechReport:
     from coreai_partitioner.text_to_speech import SpeechProgram
     from coreai_partitioner.verify.fidelity import snr_psnr
 
-    program = SpeechProgram(path)
-    if family(plan.config) == "kokoro":
-        from coreai_partitioner.text_to_speech import kokoro
-
-        durations = kokoro.durations_of(program, verified.ids, verified.style)
-        waveform = kokoro.synthesize(program, verified.ids, verified.style, seed=verified.seed)
-        against = "KModel.forward_with_tokens at the same seed and voice"
-    else:
-        from coreai_partitioner.text_to_speech import vits
-
-        durations = vits.durations_of(program, verified.ids, seed=verified.seed)
-        waveform = vits.synthesize(program, verified.ids, seed=verified.seed)
-        against = SpeechReport.against
+    durations, waveform = plan.family.replay(SpeechProgram(path), verified)
     expected = verified.waveform
     snr = snr_psnr(waveform, expected)[0] if waveform.shape == expected.shape else float("-inf")
-    return SpeechReport(torch.equal(durations, verified.durations), snr, (waveform.numel(), expected.numel()), against)
+    return SpeechReport(
+        torch.equal(durations, verified.durations), snr, (waveform.numel(), expected.numel()), plan.family.AGAINST
+    )
 
 
-def companions(plan: Plan, directory: Path) -> list[Path]:
-    """The checkpoint's files the app makes ids with (VITS's ``vocab.json``...; Kokoro's ``config.json``, its vocab)."""
+def companions(plan: SpeechPlan, directory: Path) -> list[Path]:
+    """The checkpoint's files the app makes ids with (the family's ``ID_FILES``: VITS's ``vocab.json``...; Kokoro's
+    ``config.json``, its vocab)."""
     if not plan.args.checkpoint:
         return []
-    return [copy_beside(plan.args.checkpoint / name, directory) for name in ID_FILES[family(plan.config)]
+    return [copy_beside(plan.args.checkpoint / name, directory) for name in plan.family.ID_FILES
             if (plan.args.checkpoint / name).is_file()]
 
 
@@ -320,20 +234,13 @@ def generate_speech(args: argparse.Namespace) -> int:
     import sys
 
     from coreai_partitioner import console
-    from coreai_partitioner.text_to_speech import SpeechProgram, kokoro, vits, write_wav
+    from coreai_partitioner.text_to_speech import SpeechProgram, family_named, write_wav
 
     try:
         with console.NativeStreams():  # the Core AI runtime's own lines as it loads each function
             program = SpeechProgram(args.pte)
-            if program.family == "kokoro":
-                if args.voice is None:
-                    raise ValueError(f"{args.pte} is a Kokoro program: give its voice with --voice (voices/*.pt)")
-                style = kokoro.voice_style(args.voice, len(args.ids))
-                waveform = kokoro.synthesize(program, args.ids, style, speed=args.speed, seed=args.seed)
-            else:
-                if args.voice is not None or args.speed != 1.0:
-                    raise ValueError(f"{args.pte} is a VITS program, which has one voice and speed: leave out --voice and --speed")
-                waveform = vits.synthesize(program, args.ids, seed=args.seed)
+            family = family_named(program.family)
+            waveform = family.speak(program, args.ids, voice=args.voice, speed=args.speed, seed=args.seed)
     except (ValueError, RuntimeError, OSError) as error:
         print(f"generate-speech: {error}", file=sys.stderr)
         return 2

@@ -87,15 +87,13 @@ def build(model: nn.Module, shapes: Any) -> VisionLanguage:
     indices = feature_layers(config)
     kept = tower(base.vision_tower, vision, layers=max(indices), post_norm=False)
     text = TextModel(config.get_text_config(), base.language_model, model.lm_head)
-    return VisionLanguage(
-        model_type=config.model_type,
+    return VisionLanguage.of_config(
+        config,
         tower=SelectedLayers(kept, indices, drop_first=config.vision_feature_select_strategy == "default"),
         projector=base.multi_modal_projector,
         decoder=adapt(text, shapes),
-        image_size=(vision.image_size, vision.image_size),
         image_tokens=image_tokens(config),
-        image_token_id=config.image_token_id,
-    ).eval()
+    )
 
 
 def tiny_config(model_type: str) -> Any:

@@ -63,18 +63,16 @@ def build(model: nn.Module, shapes: Any) -> VisionLanguage:
     hf_tower = base.vision_model
     every_patch = torch.ones(1, side, side, dtype=torch.bool)
     text = TextModel(config.get_text_config(), base.text_model, model.lm_head)
-    return VisionLanguage(
-        model_type=config.model_type,
+    return VisionLanguage.of_config(
+        config,
         tower=tower(
             hf_tower, vision, embed=lambda pixels: hf_tower.embeddings(pixel_values=pixels, patch_attention_mask=every_patch),
             path="vision_model",
         ),
         projector=base.connector,
         decoder=adapt(text, shapes),
-        image_size=(vision.image_size, vision.image_size),
         image_tokens=image_tokens(config),
-        image_token_id=config.image_token_id,
-    ).eval()
+    )
 
 
 def tiny_config(model_type: str) -> Any:

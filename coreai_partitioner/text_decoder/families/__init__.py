@@ -4,14 +4,14 @@ A family module defines:
 
 - ``MODEL_TYPES``: the ``config.model_type`` values it adapts;
 - ``build(build: Build) -> Decoder``: the decoder over the model's own
-  modules (:class:`~coreai_partitioner.text_decoder.adapter.Build` has the shared pieces);
+  modules (:class:`~coreai_partitioner.text_decoder.recompose.Build` has the shared pieces);
 - ``tiny_config(model_type) -> PretrainedConfig``: a few-layer random config
   exercising every feature the adapter handles (tests and examples);
 - optionally ``first_layers(text_config, total, layers)``: what else to cut
   when ``--num-layers`` keeps only the first ``layers`` of ``total``.
 
 A family's quirk lives in its file: a subclass of a primitive of
-:mod:`coreai_partitioner.blocks` (``kind=`` to :class:`~coreai_partitioner.text_decoder.adapter.Build`'s
+:mod:`coreai_partitioner.blocks` (``kind=`` to :class:`~coreai_partitioner.text_decoder.recompose.Build`'s
 builders), never an option of the primitive.
 
 Adding a family is adding its file here (and a row to the family test).

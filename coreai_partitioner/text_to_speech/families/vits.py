@@ -25,7 +25,6 @@ gives the waveform ``transformers.set_seed(seed); model(input_ids)`` gives.
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,20 @@ import torch
 from torch import nn
 
 from coreai_partitioner.partition.boundaries import outside_delegate
-from coreai_partitioner.text_to_speech.program import SpeechProgram
+from coreai_partitioner.text_to_speech.program import SpeechProgram, SpeechReference
 
+NAME = "vits"
+#: What the program's ``get_family`` says.
+CODE = 1
+MODEL_TYPES = ("vits",)
+HEADS = ("VitsModel",)
+TAKES = "a VitsModel (MMS-TTS)"
+TITLE = "VitsModel (vits)"
+#: ``--max-tokens`` and ``--max-frames`` where not given: 65 s of MMS-TTS at 16 kHz.
+LIMITS = (256, 4096)
+#: ``VitsTokenizer``'s files: what an app makes the ids with.
+ID_FILES = ("vocab.json", "tokenizer_config.json", "special_tokens_map.json")
+AGAINST = "VitsModel's forward at the same seed"
 
 
 class UnsupportedVits(ValueError):
@@ -44,6 +55,9 @@ class UnsupportedVits(ValueError):
 def check_model(model: nn.Module) -> None:
     """Refuse, before any export work, what the two methods do not carry (:func:`check_config`)."""
     check_config(model.config)
+
+
+Unsupported = UnsupportedVits
 
 
 def check_config(config: Any) -> None:
@@ -249,7 +263,7 @@ def lower_vits(
     }
     dynamic_shapes = {"durations": None, "decoder": (None, None, None, {2: frames_dim})}
     constants = {
-        "get_family": FAMILY,
+        "get_family": CODE,
         "get_sampling_rate": int(config.sampling_rate),
         "get_hop_length": hop_length(config),
         "get_noise_channels": channels,
@@ -263,9 +277,6 @@ def lower_vits(
         bounded=max_frames * hop_length(config) if device else None, **partitioner_options,
     )
 
-
-#: What the program's ``get_family`` says (:data:`~.program.FAMILIES`).
-FAMILY = 1
 
 #: The loaded program :func:`synthesize` runs (the name tests and callers of earlier versions use).
 VitsProgram = SpeechProgram
@@ -315,15 +326,84 @@ def synthesize(program: SpeechProgram, input_ids: list[int] | torch.Tensor, *, s
     return program.run("decoder", durations, means, log_variances, noise)[0][0]
 
 
-def write_wav(waveform: torch.Tensor, sampling_rate: int, path: str | os.PathLike) -> Path:
-    """``waveform`` (floats in [-1, 1]) as a 16-bit mono WAV at ``sampling_rate``; the path."""
-    import wave
+# ---------------------------------------------------------------- the family, as the export command asks it
 
-    path = Path(path)
-    pcm = (waveform.detach().float().clamp(-1, 1) * 32767).round().to(torch.int16)
-    with wave.open(str(path), "wb") as file:
-        file.setnchannels(1)
-        file.setsampwidth(2)
-        file.setframerate(int(sampling_rate))
-        file.writeframes(pcm.numpy().tobytes())
-    return path
+
+def is_checkpoint(directory: Path) -> bool:
+    """Never by its files: a VITS checkpoint's ``config.json`` says it (``model_type`` ``vits``)."""
+    return False
+
+
+def load_config(checkpoint: Path) -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(checkpoint, local_files_only=True)
+
+
+def load_model(checkpoint: Path, config: Any, dtype: torch.dtype) -> nn.Module:
+    from transformers import VitsModel
+
+    return VitsModel.from_pretrained(checkpoint, config=config, dtype=dtype, local_files_only=True).eval()
+
+
+def tiny_config() -> Any:
+    """Two layers, a stochastic duration predictor, MMS-TTS's shape of everything else at a few channels."""
+    from transformers import VitsConfig
+
+    return VitsConfig(
+        vocab_size=12, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, window_size=2, ffn_dim=8,
+        flow_size=4, spectrogram_bins=5, upsample_initial_channel=8, upsample_rates=[2, 2], upsample_kernel_sizes=[4, 4],
+        resblock_kernel_sizes=[3], resblock_dilation_sizes=[[1]], prior_encoder_num_flows=2,
+        prior_encoder_num_wavenet_layers=1, posterior_encoder_num_wavenet_layers=1, duration_predictor_num_flows=2,
+        duration_predictor_filter_channels=8, depth_separable_num_layers=1, duration_predictor_flow_bins=2,
+        sampling_rate=16000, architectures=["VitsModel"],
+    )
+
+
+def tiny_model(config: Any) -> nn.Module:
+    from transformers import VitsModel
+
+    return VitsModel(config).eval()
+
+
+def limits(config: Any, max_tokens: int | None, max_frames: int | None) -> tuple[int, int]:
+    """A single-speaker config; the flags' limits, at least 1 token and 5 frames."""
+    check_config(config)
+    tokens = LIMITS[0] if max_tokens is None else max_tokens
+    frames = LIMITS[1] if max_frames is None else max_frames
+    if tokens < 1 or frames < 5:
+        raise UnsupportedVits(f"--max-tokens {tokens} --max-frames {frames}: give at least 1 and 5")
+    return tokens, frames
+
+
+def methods(config: Any, max_tokens: int, max_frames: int) -> list[str]:
+    return [
+        f"durations(input_ids [1, {max_tokens}], attention_mask, duration_noise [1, 2, {max_tokens}])",
+        f"decoder(durations, prior_means, prior_log_variances, noise [1, {config.flow_size}, F <= {max_frames}]) "
+        f"-> waveform [1, F * {hop_length(config)}]",
+    ]
+
+
+def layers(config: Any) -> str:
+    return f"{config.num_hidden_layers} text-encoder layer(s)"
+
+
+def seeded_reference(model: nn.Module, config: Any, max_tokens: int) -> SpeechReference:
+    """Seeded random ids (at most 16) through the model at seed 0."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config.vocab_size, (min(max_tokens, 16),), generator=generator).tolist()
+    return SpeechReference(ids, 0, *reference(model, ids, seed=0))
+
+
+def lower(model: nn.Module, **options: Any):
+    return lower_vits(model, **options)
+
+
+def replay(program: SpeechProgram, verified: SpeechReference) -> tuple[torch.Tensor, torch.Tensor]:
+    return durations_of(program, verified.ids, seed=verified.seed), synthesize(program, verified.ids, seed=verified.seed)
+
+
+def speak(program: SpeechProgram, ids: list[int], *, voice: Path | None, speed: float, seed: int) -> torch.Tensor:
+    if voice is not None or speed != 1.0:
+        raise ValueError(f"{program.path} is a VITS program, which has one voice and speed: leave out --voice and --speed")
+    return synthesize(program, ids, seed=seed)

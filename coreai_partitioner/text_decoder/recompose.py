@@ -1,7 +1,7 @@
 """A Hugging Face model as its family's :class:`~.decoder.Decoder` (:func:`adapt`), and what a family builds it with.
 
-An adapter (a file in :mod:`.families`) reads the Hugging Face model's config
-and modules and composes :mod:`.blocks` over them.  :class:`Build` gives it
+A family (a file in :mod:`.families`) reads the Hugging Face model's config
+and modules and composes :mod:`coreai_partitioner.blocks` over them.  :class:`Build` gives it
 the pieces most families share (RoPE tables from the model's own rotary
 embedding, Llama-style attention and MLP, which layers slide) and the one way
 to refuse a config value it cannot honour (:meth:`Build.refuse`), before any
@@ -26,7 +26,7 @@ from coreai_partitioner.text_decoder.shapes import DecoderShapes, UnsupportedSha
 logger = logging.getLogger(__name__)
 
 #: RoPE types whose frequencies are fixed once the model is built (HF's ``ROPE_INIT_FUNCTIONS``).  Dynamic
-#: NTK changes them only past ``max_position_embeddings``, which no context reaches (:func:`~.export.adapt`
+#: NTK changes them only past ``max_position_embeddings``, which no context reaches (:func:`adapt`
 #: refuses a longer one).
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "proportional", "dynamic")
 

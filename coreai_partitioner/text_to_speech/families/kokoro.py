@@ -50,20 +50,34 @@ from torch.nn import functional as F
 
 from coreai_partitioner.partition.boundaries import outside_delegate
 from coreai_partitioner.text_to_speech.istftnet import Stft, residual, vocode
-from coreai_partitioner.text_to_speech.program import SpeechProgram
+from coreai_partitioner.text_to_speech.program import SpeechProgram, SpeechReference
 
+NAME = "kokoro"
+#: What the program's ``get_family`` says.
+CODE = 2
+MODEL_TYPES = ("kokoro",)
+HEADS: tuple[str, ...] = ()  # its config.json is KModel's own, with no architectures: found by is_checkpoint
+TAKES = "a Kokoro-82M directory (KModel's config.json and .pth)"
+TITLE = "Kokoro (KModel)"
+#: ``--max-tokens`` and ``--max-frames`` where not given (the tokens at most its ALBERT's positions): its LSTMs are
+#: unrolled over both.
+LIMITS = (128, 512)
+#: Its ``config.json``: the ``vocab`` an app makes the phoneme ids with.
+ID_FILES = ("config.json",)
+AGAINST = "KModel.forward_with_tokens at the same seed and voice"
 #: ``KModel`` splits its voice (``ref_s``, 256 wide) here: the decoder's style, then the prosody's.
 STYLE_SPLIT = 128
 #: The sampling rate ``KModel``'s sine source is built for (``istftnet.Generator``).
 SAMPLING_RATE = 24000
-#: What the program's ``get_family`` says (:data:`~.program.FAMILIES`).
-FAMILY = 2
 #: The weights files ``KModel`` knows by name (``KModel.MODEL_NAMES``), looked for first in a checkpoint directory.
 WEIGHTS = ("kokoro-v1_0.pth", "kokoro-v1_1-zh.pth")
 
 
 class UnsupportedKokoro(ValueError):
     """A Kokoro checkpoint this export does not take; names the field or file and the fix."""
+
+
+Unsupported = UnsupportedKokoro
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,15 @@ class KokoroConfig:
             return self.raw[name]
         except KeyError:
             raise AttributeError(name) from None
+
+
+def is_checkpoint(directory: Path) -> bool:
+    """A directory holding Kokoro's ``config.json`` (its ``istftnet`` and ``plbert`` sections)."""
+    try:
+        raw = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and "istftnet" in raw and "plbert" in raw
 
 
 def read_config(checkpoint: Path) -> KokoroConfig:
@@ -156,7 +179,7 @@ def kmodel_class() -> type:
     return sys.modules["kokoro.model"].KModel
 
 
-def load_model(config: KokoroConfig, weights: Path | None = None) -> nn.Module:
+def load_kmodel(config: KokoroConfig, weights: Path | None = None) -> nn.Module:
     """``KModel`` of ``config`` with ``weights`` (a ``.pth``; default the config's), in fp32 eval mode; nothing is
     downloaded."""
     path = weights or config.weights
@@ -344,7 +367,7 @@ def lower_kokoro(
     frames_dim = torch.export.Dim("F", min=1, max=max_frames)
     dynamic_shapes = {"durations": None, "decoder": (None, None, None, None, None, {1: frames_dim})}
     constants = {
-        "get_family": FAMILY,
+        "get_family": CODE,
         "get_sampling_rate": SAMPLING_RATE,
         "get_samples_per_frame": per_frame,
         "get_harmonics": harmonics,
@@ -432,3 +455,93 @@ def reference(model: nn.Module, phonemes, style: torch.Tensor, *, speed: float =
     with torch.no_grad():
         audio, durations = model.forward_with_tokens(_ids(phonemes), style, speed)
     return audio.reshape(-1), durations.reshape(-1).to(torch.float32)
+
+
+# ---------------------------------------------------------------- the family, as the export command asks it
+
+#: The tiny Kokoro's ``config.json``: a vocabulary of ten phonemes, Kokoro-82M's fixed widths (1024 decoder channels,
+#: 512 text channels, a 256-wide voice), one layer, a two-layer ALBERT, two small upsamplings in the vocoder.
+TINY = {
+    "vocab": {phoneme: index + 1 for index, phoneme in enumerate("abcdefghij")}, "n_token": 12,
+    "plbert": {
+        "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32, "max_position_embeddings": 32,
+        "num_hidden_layers": 2, "dropout": 0.1,
+    },
+    "hidden_dim": 512, "style_dim": 128, "n_layer": 1, "max_dur": 8, "dropout": 0.2, "text_encoder_kernel_size": 5,
+    "n_mels": 80,
+    "istftnet": {
+        "upsample_kernel_sizes": [4, 4], "upsample_rates": [2, 2], "gen_istft_hop_size": 2, "gen_istft_n_fft": 4,
+        "resblock_dilation_sizes": [[1, 3, 5]], "resblock_kernel_sizes": [3], "upsample_initial_channel": 512,
+    },
+}
+
+
+def load_config(checkpoint: Path) -> KokoroConfig:
+    return read_config(checkpoint)
+
+
+def load_model(checkpoint: Path, config: KokoroConfig, dtype: torch.dtype) -> nn.Module:
+    """``KModel`` in fp32 (the export's only dtype)."""
+    return load_kmodel(config)
+
+
+def tiny_config() -> KokoroConfig:
+    return KokoroConfig(TINY)
+
+
+def tiny_model(config: KokoroConfig) -> nn.Module:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:  # KModel always loads a weights file: none of its weights
+        weights = Path(directory) / "random.pth"
+        torch.save({}, weights)
+        return load_kmodel(config, weights)
+
+
+def limits(config: KokoroConfig, max_tokens: int | None, max_frames: int | None) -> tuple[int, int]:
+    """A config ``KModel`` takes; the flags' limits, 3 tokens (two boundary 0s) to its ALBERT's positions, at least 2
+    frames."""
+    check_config(config)
+    context = config.plbert["max_position_embeddings"]
+    tokens = min(LIMITS[0], context) if max_tokens is None else max_tokens
+    frames = LIMITS[1] if max_frames is None else max_frames
+    if not 3 <= tokens <= context or frames < 2:
+        raise UnsupportedKokoro(
+            f"--max-tokens {tokens} --max-frames {frames}: Kokoro takes 3 to {context} tokens (its ALBERT's "
+            "positions) and at least 2 frames"
+        )
+    return tokens, frames
+
+
+def layers(config: KokoroConfig) -> str:
+    return f"{config.n_layer} layer(s)"
+
+
+def methods(config: KokoroConfig, max_tokens: int, max_frames: int) -> list[str]:
+    return [
+        f"durations(input_ids [1, {max_tokens}], attention_mask, style [1, {2 * STYLE_SPLIT}], speed [1])",
+        f"decoder(durations, prosody, text, style, phases, noise [1, F <= {max_frames}, ...]) -> waveform",
+    ]
+
+
+def seeded_reference(model: nn.Module, config: KokoroConfig, max_tokens: int) -> SpeechReference:
+    """Seeded random phoneme ids (at most 16, the boundary 0s besides) in a seeded random voice, at seed 0."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, config.n_token, (min(max_tokens - 2, 16),), generator=generator).tolist()
+    style = torch.randn(1, 2 * STYLE_SPLIT, generator=generator)
+    return SpeechReference(ids, 0, *reference(model, ids, style, seed=0), voice=style)
+
+
+def lower(model: nn.Module, **options: Any):
+    return lower_kokoro(model, **options)
+
+
+def replay(program: SpeechProgram, verified: SpeechReference) -> tuple[torch.Tensor, torch.Tensor]:
+    durations = durations_of(program, verified.ids, verified.voice)
+    return durations, synthesize(program, verified.ids, verified.voice, seed=verified.seed)
+
+
+def speak(program: SpeechProgram, ids: list[int], *, voice: Path | None, speed: float, seed: int) -> torch.Tensor:
+    if voice is None:
+        raise ValueError(f"{program.path} is a Kokoro program: give its voice with --voice (voices/*.pt)")
+    return synthesize(program, ids, voice_style(voice, len(ids)), speed=speed, seed=seed)

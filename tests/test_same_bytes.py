@@ -9,8 +9,9 @@ a random draw, ``id()``, a per-process hash seed or the set order that seed deci
 CI runs :data:`SAMPLE`, one build of each way a name reached the ``.pte`` from the process (a short
 convolution's folded weight, coreai-core's per-call composite graphs) and of each kind of file (a data file
 and an adapter's ``.pte``), in the device and int4 forms; ``pytest -m benchmark tests/test_same_bytes.py``
-runs :data:`EVERY_BUILD`: every decoder family's tiny config in the host, device and int4 forms, the other
-decoder forms, every task's tiny configs, ``lower()`` of a tiny BERT and of three torchvision models.
+runs :data:`EVERY_BUILD`: every decoder family's tiny config in the host, device and int4 forms (int4 where
+the export takes it: :data:`INT4_REFUSED`), the other decoder forms, every task's tiny configs, ``lower()`` of a
+tiny BERT and of three torchvision models.
 """
 
 from __future__ import annotations
@@ -42,14 +43,23 @@ TASK_CONFIGS = {
     "text-to-speech": ["vits", "kokoro"],
 }
 
+#: Families whose tiny config ``export --quantize int4`` refuses: each short convolution's weight has one input
+#: channel, which no int4 block of 32 divides (the error names ``keep_float``, which the command does not take).
+INT4_REFUSED = ("qwen3_5_text", "qwen3_next", "qwen3_5_moe_text", "lfm2")
+
 SAMPLE = [
     "text-generation lfm2 device",  # a short convolution: the weight coreai-core folds is a blob of its own
-    "text-generation qwen3_5_text int4",  # short convolutions and gated delta rules beside sub-byte blobs
+    "text-generation llama int4",  # sub-byte blobs
     "text-generation llama adapter",  # the base .pte, its .ptd and an adapter's .pte
     "lower bert",  # coreai-core's per-call layer_norm and attention graphs
 ]
 EVERY_BUILD = [
-    *(f"text-generation {family} {form}" for family in ROWS for form in ("host", "device", "int4")),
+    *(
+        f"text-generation {family} {form}"
+        for family in ROWS
+        for form in ("host", "device", "int4")
+        if not (form == "int4" and family in INT4_REFUSED)
+    ),
     "text-generation llama external-data",
     "text-generation llama adapter",
     "text-generation qwen3 graph-breaks",

@@ -32,10 +32,10 @@ MARK = "same-bytes:"
 #: ``export`` options of each text-generation form.
 FORMS = {
     "host": [],
-    "device": ["--target", "device"],
+    "device": ["--target", "device", "--prefill-chunk", "4"],  # a chunk no tiny config's sliding window is shorter than
     "int4": ["--quantize", "int4"],
     "external-data": ["--external-data"],
-    "graph-breaks": ["--target", "device", "--graph-breaks", "1"],
+    "graph-breaks": ["--target", "device", "--prefill-chunk", "4", "--graph-breaks", "1"],
     "adapter": [],
 }
 

@@ -280,3 +280,23 @@ def test_every_page_links_only_to_pages_files_and_headings_that_exist():
             assert linked.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
             if fragment and linked.suffix == ".md":
                 assert fragment in anchors(linked), f"{page.relative_to(ROOT)} links to {target}#{fragment}: no such heading"
+
+
+def test_the_quantization_page_says_what_is_known_of_per_block_ints_on_the_neural_engine_and_what_is_not_measured():
+    from coreai_partitioner.quantize.schemes import NEURAL_ENGINE_SCHEMES
+
+    page = (ROOT / "docs" / "quantization.md").read_text()
+    section = page.split("## Per-block integers on the Neural Engine", 1)[1].split("\n## ", 1)[0]
+    for says in ("coreai-models/issues/279", "0.367", "0.999", "0.9975", "What is not measured here", "warns once"):
+        assert says in section, f"docs/quantization.md's Neural Engine section does not say {says!r}"
+    for name in NEURAL_ENGINE_SCHEMES:
+        assert f"`{name}`" in section
+
+
+def test_the_llm_pages_recommended_device_scheme_stores_no_per_block_integers():
+    from coreai_partitioner.quantize.schemes import NEURAL_ENGINE_SCHEMES, per_block_int
+
+    page = (ROOT / "docs" / "llm.md").read_text()
+    recommended = re.search(r"The recommended device scheme is `--quantize ([a-z0-9-]+)`", page)
+    assert recommended, "docs/llm.md names no recommended device scheme"
+    assert recommended.group(1) in NEURAL_ENGINE_SCHEMES and not per_block_int(recommended.group(1))

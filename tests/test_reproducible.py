@@ -183,3 +183,30 @@ def test_a_decoder_traced_without_stack_traces_lowers_to_the_same_pte():
     assert ptes[True] == ptes[False]
     assert bytes(text_generation.lower_decoder(model, shapes).to_executorch().buffer) == ptes[False]
     assert torch.fx.config.do_not_emit_stack_traces is False  # restored
+
+
+class ShortConvolution(torch.nn.Module):
+    """A depthwise conv1d, as LFM2's and Qwen3.5's short convolutions: coreai-core folds its weight into a new blob
+    of Core AI's conv2d shape, and a LayerNorm, which coreai-torch converts as a graph coreai-core builds per call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(96, 96, 4, groups=96, padding=3)
+        self.norm = torch.nn.LayerNorm(11)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(x))
+
+
+def test_folded_blobs_and_per_call_graphs_are_named_from_the_program_and_keep_their_values():
+    import re
+
+    from helpers import asset_ir, externalize, lower, to_pte
+
+    torch.manual_seed(0)
+    model, x = ShortConvolution().eval(), torch.randn(1, 96, 8)
+    assert_lowers_and_matches(model, x, specs=[])
+    ep, records = externalize(model, [x], [])
+    ir = asset_ir(to_pte(lower(ep, records)).delegates[0])
+    assert "dense_resource<constant_0> : tensor<96x1x1x4xf32>" in ir and "resource_" not in ir
+    assert re.findall(r"coreai\.invoke @(layer_norm_[a-z]{8})\(", ir) == ["layer_norm_aaaaaaaa"]

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.export import ExportedProgram
 
@@ -44,6 +46,9 @@ _NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
 
 _PLAIN = {torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16, torch.int32, torch.bool}
 
+
+_OWN_BLOB_NAME = "weight_{}"
+_OWN_BLOB = re.compile(r"weight_\d+")
 
 _RESOURCE_MIN_ELEMENTS = 256  # below this, or when splat, coreai-core keeps constants inline
 
@@ -83,7 +88,7 @@ class BuildIndependentConverter(_compat.TorchConverterBase):
             return None
         attr = api.DenseResourceElementsAttr.get_from_buffer(
             array,
-            f"weight_{self._weights}",
+            _OWN_BLOB_NAME.format(self._weights),
             api.get_tensor_type(tensor, location, dtype=dtype),
             alignment=16,
         )
@@ -106,6 +111,38 @@ def _is_splat(array: Any) -> bool:
     bits = array.reshape(-1).view(np.dtype(f"u{array.itemsize}"))
     first = bits[0]
     return bool(bits[-1] == first and bits[len(bits) // 2] == first and (bits == first).all())
+
+
+_BLOB_NAME = re.compile(r"dense_resource<([^>]+)>")
+
+
+def name_folded_blobs(program: Any) -> None:
+    """Name every weight blob that coreai-core's optimizer made ``constant_<n>``, in program order, in place.
+
+    The optimizer ``to_coreai`` runs folds ops over constants into new blobs
+    (a depthwise conv1d's weight given the height axis Core AI's conv2d takes),
+    named after a hash seeded per process, so two builds of one model
+    differed.  A blob :class:`BuildIndependentConverter` named (``weight_<n>``)
+    is left as it is; every other one is made again under its new name from
+    its bytes, and every op that held it holds the new one.
+    """
+    api = _compat.coreai_constant_api()
+    renamed: dict[str, Any] = {}
+    for operation in _compat.nested_operations(_compat.mlir_module(program)[1].operation):
+        for named in list(operation.attributes):
+            attr = named.attr
+            if not api.DenseResourceElementsAttr.isinstance(attr):
+                continue
+            name = _BLOB_NAME.match(str(attr)).group(1)
+            if _OWN_BLOB.fullmatch(name):
+                continue
+            if name not in renamed:
+                data, alignment = _compat.resource_blob(operation, name)
+                renamed[name] = api.DenseResourceElementsAttr.get_from_buffer(
+                    np.frombuffer(data, dtype=np.uint8), f"constant_{len(renamed)}", attr.type, alignment=alignment,
+                    context=operation.context,
+                )
+            operation.attributes[named.name] = renamed[name]
 
 
 def strip_debug_info(program: Any, *, keep_op_ids: bool) -> None:

@@ -15,7 +15,8 @@ from torch.export import ExportedProgram
 
 from .manifest import MAIN_ENTRYPOINT
 
-from .asset import BuildIndependentConverter, to_aten
+from coreai_partitioner import _compat
+from .asset import BuildIndependentConverter, name_folded_blobs, to_aten
 from coreai_partitioner.records.carried import CallSiteRecord, delegate_call_sites
 from coreai_partitioner.records.call_sites import call_sites_by_op, module_path, name_call_sites
 from coreai_partitioner.backends.apple_coreai.passes import (
@@ -90,7 +91,9 @@ def convert(program: ExportedProgram, debug_info: str = DEFAULT_DEBUG_INFO) -> A
     state writes in state order (:func:`~.passes.order_state_writes`), a state read
     by a composite made a value first (:func:`~.passes.state_operands_as_values`),
     packed int4 weights handed over as they are (:func:`~.passes.packed_int4_constants`).
-    Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).
+    Op locations keep what ``debug_info`` asks for (:mod:`.debug_info`).  coreai-core's own names (the graphs it
+    builds per call, the blobs its optimizer folds) are made independent of the process
+    (:func:`~._compat.graph_names_counted`, :func:`~.asset.name_folded_blobs`).
     """
     return convert_functions({MAIN_ENTRYPOINT: program}, debug_info)
 
@@ -113,8 +116,10 @@ def convert_functions(programs: Mapping[str, ExportedProgram], debug_info: str =
         logger.info("converting %s with %d externalized call site(s)", function, len(records))
         converter.add_program(program, function, records or None)
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):  # coreai-torch prints its version and progress to stdout
+    # coreai-torch prints its version and progress to stdout
+    with contextlib.redirect_stdout(printed), _compat.graph_names_counted():
         converted = converter.to_coreai()
     logger.debug("coreai-torch: %s", printed.getvalue().strip())
+    name_folded_blobs(converted)
     keep_only(converted, debug_info)
     return converted

@@ -122,6 +122,62 @@ def call_sites_found_in_one_walk(program: Any) -> Iterator[None]:
         externalize._find_all_custom_op_nodes = walk
 
 
+@contextlib.contextmanager
+def graph_names_counted() -> Iterator[None]:
+    """coreai-core's per-call graphs named from a count for the block, not at random.
+
+    coreai-core builds a composite coreai-torch converts (``layer_norm``,
+    ``sdpa_maskless``) as one graph per call and names each ``<op>_<8 letters>``
+    drawn by ``secrets.choice``; the names reach the asset, so two builds of one
+    model differed.  In the block the letters spell the graph's place in
+    creation order (``aaaaaaaa``, ``aaaaaaab``, ...), still eight lowercase
+    letters, as coreai-torch's debugging tools expect of the suffix.  Not
+    thread-safe: the function is swapped in coreai-core's two builders.
+    """
+    from string import ascii_lowercase
+
+    from coreai.authoring import func, graph_builder
+
+    count = 0
+
+    def counted(name: str) -> str:
+        nonlocal count
+        letters, left = [], count
+        for _ in range(8):
+            left, digit = divmod(left, len(ascii_lowercase))
+            letters.append(ascii_lowercase[digit])
+        count += 1
+        return f"{name}_{''.join(reversed(letters))}"
+
+    drawn = {module: module._randomize_fn_name for module in (graph_builder, func)}
+    for module in drawn:
+        module._randomize_fn_name = counted
+    try:
+        yield
+    finally:
+        for module, draw in drawn.items():
+            module._randomize_fn_name = draw
+
+
+def resource_blob(operation: Any, name: str) -> tuple[bytes, int]:
+    """``(bytes, alignment)`` of the resource blob ``name`` that ``operation`` (a ``coreai.constant``) holds.
+
+    coreai-core's bindings read no blob back; its text form prints one in hex
+    (its alignment, 4 bytes little-endian, then the data).  The op is printed
+    alone, cloned into a module of its own, so only its blob is printed.
+    """
+    from coreai._compiler import ir
+
+    with operation.context, ir.Location.unknown():
+        scratch = ir.Module.create()
+        with ir.InsertionPoint(scratch.body):
+            operation.clone()
+        text = scratch.operation.get_asm(large_resource_limit=None)
+    start = text.index(f'{name}: "0x', text.rindex("dialect_resources:")) + len(name) + 5
+    payload = bytes.fromhex(text[start : text.index('"', start)])
+    return payload[4:], int.from_bytes(payload[:4], "little")
+
+
 def call_site_arguments(prep: Any) -> tuple[tuple, dict | None, Any]:
     """``(args, kwargs, dynamic_shapes)`` coreai-torch's ``_torch_export_module`` exports a call site's submodule
     with: its fake inputs, by keyword where the call skipped an optional argument."""

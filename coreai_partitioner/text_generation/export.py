@@ -96,7 +96,9 @@ def lower_with_adapters(
     "static"``: ``forward`` ``T = 1`` and ``prefill`` ``T = prefill_chunk`` over
     one shared asset), caches owned by ExecuTorch, fp16/fp32 tensors only
     across each delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
-    makes a delegate of every ``N`` layers, each a function of the one asset.
+    makes a delegate of every ``N`` layers, each a function of the one asset.  A per-block integer ``quantize``
+    (``"int4"``) in the device form warns once (Apple's coreai-models #279: such weights come out wrong on the
+    Neural Engine; :func:`~coreai_partitioner.quantize.schemes.warn_per_block_int_on_device`).
 
     ``adapters`` (LoRA adapters read by
     :func:`~coreai_partitioner.adapters.config.read_adapter`) each get a slot
@@ -111,6 +113,7 @@ def lower_with_adapters(
     from coreai_partitioner.lowering.lower import reads_stack_traces
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.quantize.schemes import warn_per_block_int_on_device
     from coreai_partitioner.text_decoder.device import check_device
     from coreai_partitioner.text_decoder.slots import adapter_slots
     from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
@@ -128,6 +131,7 @@ def lower_with_adapters(
         decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
         if shapes.device:
             check_device(decoder, shapes.prefill_chunk, graph_breaks)
+            warn_per_block_int_on_device(quantize)
         metadata = runner_metadata(model, shapes)
 
         def exported():

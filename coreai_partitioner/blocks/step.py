@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan
+from coreai_partitioner.blocks.quantized_cache import QuantizedKV, quantize_rows
 
 
 class Step:
@@ -111,8 +112,40 @@ class Step:
         value_cache.copy_(ring_write(value_cache, v, plan))
         return keys, values, plan.mask
 
+    def int8_full_cache(self, caches: QuantizedKV, k: torch.Tensor, v: torch.Tensor):
+        """:meth:`full_cache` over int8 caches (:mod:`~.quantized_cache`): the call's rows quantized and written,
+        the whole cache dequantized to attend."""
+        plan = self.write_plan(caches.keys.shape, caches.dtype)
+        keys = _int8_write(caches.keys, caches.key_scales, k, lambda cache, rows: write_at(cache, rows, plan))
+        values = _int8_write(caches.values, caches.value_scales, v, lambda cache, rows: write_at(cache, rows, plan))
+        return keys, values, self.full_mask(caches.keys.shape[2])
+
+    def int8_ring_cache(self, size: int, caches: QuantizedKV, k: torch.Tensor, v: torch.Tensor):
+        """:meth:`ring_cache` over int8 rings: the ring dequantized, then the call's own rows as the ring will
+        hold them (quantized and dequantized), and their mask; the call's last ``size`` tokens written."""
+        plan = self.window(size)
+        attended = []
+        for cache, scales, rows in ((caches.keys, caches.key_scales, k), (caches.values, caches.value_scales, v)):
+            values, scale = quantize_rows(rows.to(caches.dtype))
+            ring = cache.to(caches.dtype) * scales
+            attended.append(torch.cat([ring, values * scale], dim=2))
+            cache.copy_(ring_write(cache.to(caches.dtype), values, plan).to(torch.int8))
+            scales.copy_(ring_write(scales, scale, plan))
+        return attended[0], attended[1], plan.mask
+
     def finish(self) -> None:
         """Write every sliding window's new slot positions (after every layer has read the old)."""
         for key, plan in self._memo.items():
             if key[0] == "window":
                 self.decoder.window_positions(key[1]).copy_(plan.positions)
+
+
+def _int8_write(cache: torch.Tensor, scales: torch.Tensor, rows: torch.Tensor, write: Callable) -> torch.Tensor:
+    """``rows`` [B, H, T, D] quantized and written into the int8 ``cache`` and its ``scales`` by ``write(cache, rows)``
+    (in the scales' dtype: the int8 values are exact there); the cache after, dequantized."""
+    values, scale = quantize_rows(rows.to(scales.dtype))
+    stored = write(cache.to(scales.dtype), values)
+    written = write(scales, scale)
+    cache.copy_(stored.to(torch.int8))
+    scales.copy_(written)
+    return stored * written

@@ -41,7 +41,7 @@ def lower_decoder(model: nn.Module, shapes: DecoderShapes, **options: Any):
 
     ``options`` are :func:`lower_with_adapters`' (the base's program of a
     lowering with no adapters): ``full_logits``, ``quantize``, ``keep_float``,
-    ``quantized_reference``, ``decoder``, ``target``, ``graph_breaks`` and the
+    ``quantized_reference``, ``decoder``, ``target``, ``graph_breaks``, ``kv_cache`` and the
     partitioner's.  A ``PeftModel`` is lowered with its active LoRA adapter
     kept low rank beside the base layers: that adapter's program
     (:func:`lower_peft_model`).
@@ -69,6 +69,7 @@ def lower_with_adapters(
     decoder: Decoder | None = None,
     target: str | None = None,
     graph_breaks: int | None = None,
+    kv_cache: str = "fp",
     **partitioner_options: Any,
 ):
     """``model`` (a transformers causal LM) exported and lowered once, with a slot for every layer ``adapters``
@@ -97,6 +98,8 @@ def lower_with_adapters(
     one shared asset), caches owned by ExecuTorch, fp16/fp32 tensors only
     across each delegate, backend id ``CoreAIBackend``.  ``graph_breaks=N`` (device form)
     makes a delegate of every ``N`` layers, each a function of the one asset.
+    ``kv_cache="int8"`` stores every KV cache as int8 with a scale per token
+    and head (:mod:`coreai_partitioner.blocks.quantized_cache`), in either form.
 
     ``adapters`` (LoRA adapters read by
     :func:`~coreai_partitioner.adapters.config.read_adapter`) each get a slot
@@ -111,6 +114,7 @@ def lower_with_adapters(
     from coreai_partitioner.lowering.lower import reads_stack_traces
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
+    from coreai_partitioner.blocks.quantized_cache import quantize_kv_caches
     from coreai_partitioner.text_decoder.device import check_device
     from coreai_partitioner.text_decoder.slots import adapter_slots
     from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
@@ -125,6 +129,7 @@ def lower_with_adapters(
     stack_traces = reads_stack_traces(partitioner_options)
     with adapter_slots(model, adapters, max_rank) if adapters else contextlib.nullcontext() as slots:
         decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
+        quantize_kv_caches(decoder, kv_cache)
         if shapes.device:
             check_device(decoder, shapes.prefill_chunk, graph_breaks)
         metadata = runner_metadata(model, shapes)

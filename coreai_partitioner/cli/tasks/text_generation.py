@@ -54,7 +54,7 @@ FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "
 DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
 #: ``text_generation.lower_with_adapters`` keywords, by the flag whose ``dest`` each is.
-LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
+LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks", "--kv-cache")
 #: Under --quantize the weights it stores are read from the checkpoint as they are compressed (under --verify where the
 #: fp32 model would not fit: cli/export.py's layer_by_layer).
 STREAMS_WEIGHTS = True
@@ -87,6 +87,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--full-logits", action="store_true", help="forward returns every position's logits")
     parser.add_argument(
         "--graph-breaks", type=int, metavar="N", help="device form: a Core AI delegate per N layers, each a function of the one asset"
+    )
+    parser.add_argument(
+        "--kv-cache",
+        choices=("fp", "int8"),
+        default="fp",
+        help="how the KV caches are stored: fp = the model's dtype; int8 = int8 with a scale per token and head, "
+        "dequantized before attention (about half of fp16's bytes; recurrent state stays as it is)",
     )
     parser.add_argument(
         "--chat", metavar="MESSAGE", help="answer a message through the checkpoint's chat template and TextLLMRunner"
@@ -245,6 +252,8 @@ def lower(plan: TextPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, 
         lowered = lower_with_adapters(model, plan.shapes, plan.adapters, quantized_reference=held, **lowering_options(plan.args))
     if held:
         return lowered, held.pop()
+    if plan.args.kv_cache != "fp":  # judged against the model's decoder over caches stored the same way (eager())
+        return lowered, at_dtype(plan, model) or model
     return lowered, at_dtype(plan, model)
 
 
@@ -261,8 +270,19 @@ def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified:
             logits[name] = eager_logits(step, verified[name], plan.shapes, expanded=not plan.layer_by_layer)
             continue
         with peft_over(lowered_from, plan.adapter_dirs.get(name)) as eager_model:
+            if plan.args.kv_cache != "fp":  # the program's own caches: the adapted decoder's, stored the same way
+                eager_model = int8_decoder(plan, getattr(eager_model, "get_base_model", lambda: eager_model)())
             logits[name] = eager_logits(eager_model, verified[name], plan.shapes)
     return logits
+
+
+def int8_decoder(plan: TextPlan, model: torch.nn.Module) -> torch.nn.Module:
+    """``model``'s decoder with its KV caches stored as ``--kv-cache`` says: what ``--verify`` judges such a program
+    against (int8 caches move the logits past the runtime's rounding)."""
+    from coreai_partitioner.blocks.quantized_cache import quantize_kv_caches
+    from coreai_partitioner.text_decoder import adapt
+
+    return quantize_kv_caches(adapt(model, plan.shapes, full_logits=plan.args.full_logits), plan.args.kv_cache)
 
 
 def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
@@ -291,7 +311,7 @@ def check(plan: TextPlan, path: Path, verified: Any, eager: Any) -> Any:
         program = PteWithData(pte, path.with_suffix(".ptd")) if plan.adapters else pte
         reset_state()
         reports[name or path.stem] = check(
-            program, verified[name], plan.shapes, eager=(eager or {}).get(name), dtype=plan.dtype, quantize=plan.args.quantize
+            program, verified[name], plan.shapes, eager=(eager or {}).get(name), dtype=plan.dtype, quantize=plan.args.quantize,
         )
     return ProgramReports(reports) if plan.adapters else reports[path.stem]
 

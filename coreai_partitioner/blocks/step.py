@@ -133,6 +133,21 @@ class Step:
             scales.copy_(ring_write(scales, scale, plan))
         return attended[0], attended[1], plan.mask
 
+    def sink_cache(self, attention: nn.Module, k: torch.Tensor, v: torch.Tensor):
+        """``attention``'s cache of sink tokens and a ring of recent ones (:mod:`~.sinks`): the cache's keys (the
+        sinks turned to their place in the cache) and values, then the call's own, and their mask; the call's rows
+        written at their slots."""
+        from coreai_partitioner.blocks.sinks import re_rotate, sink_plan
+
+        key_cache, value_cache = attention.key_cache, attention.value_cache
+        size = key_cache.shape[2]
+        plan = self.memoized(("sinks", attention.sinks, size), lambda: sink_plan(self.positions.float(), attention.sinks, size))
+        keys = torch.cat([re_rotate(attention, key_cache, plan.shift, self), k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        key_cache.copy_(ring_write(key_cache, k, plan))  # a one-hot write, as a sliding ring's
+        value_cache.copy_(ring_write(value_cache, v, plan))
+        return keys, values, plan.mask
+
     def finish(self) -> None:
         """Write every sliding window's new slot positions (after every layer has read the old)."""
         for key, plan in self._memo.items():

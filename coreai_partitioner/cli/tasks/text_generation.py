@@ -54,7 +54,7 @@ FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "
 DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
 #: ``text_generation.lower_with_adapters`` keywords, by the flag whose ``dest`` each is.
-LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks", "--kv-cache")
+LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks", "--kv-cache", "--attention-sink")
 #: Under --quantize the weights it stores are read from the checkpoint as they are compressed (under --verify where the
 #: fp32 model would not fit: cli/export.py's layer_by_layer).
 STREAMS_WEIGHTS = True
@@ -96,6 +96,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "dequantized before attention (about half of fp16's bytes; recurrent state stays as it is)",
     )
     parser.add_argument(
+        "--attention-sink",
+        type=int,
+        metavar="S",
+        help="keep S sink tokens and a ring of --max-context-len - S recent ones (StreamingLLM), so generation goes "
+        "on past --max-context-len (host form; RoPE attention over KV caches only)",
+    )
+    parser.add_argument(
         "--chat", metavar="MESSAGE", help="answer a message through the checkpoint's chat template and TextLLMRunner"
     )
     parser.add_argument(
@@ -119,7 +126,9 @@ def refusals() -> tuple[type[Exception], ...]:
     from coreai_partitioner.text_decoder.tokenizer import TokenizerError
     from coreai_partitioner.verify import fidelity
 
-    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision)
+    from coreai_partitioner.blocks.sinks import UnsupportedSinks
+
+    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision, UnsupportedSinks)
     try:
         from coreai_partitioner.adapters.config import AdapterError
     except ImportError:  # PEFT is not installed: no adapter was asked for (settle says so otherwise)

@@ -119,7 +119,7 @@ class Attention(nn.Module):
 
     def cache(self, k: torch.Tensor, v: torch.Tensor, step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Write ``k``, ``v`` ``[B, kv_heads, T, head_dim]`` to the cache, the step's way; what to attend."""
-        if getattr(self, "sinks", 0):  # a cache of sink tokens and a ring of recent ones (blocks.sinks)
+        if getattr(self, "keeps_sinks", False):  # a cache of sink tokens and a ring of recent ones (blocks.sinks)
             return step.sink_cache(self, k, v)
         caches = quantized(self)
         if caches is not None:  # int8 caches (quantize_kv_caches): the step's int8 way

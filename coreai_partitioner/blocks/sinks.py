@@ -93,7 +93,7 @@ def attention_sinks(decoder: nn.Module, sinks: int, prefill_chunk: int) -> nn.Mo
 
     model_type = getattr(decoder, "model_type", type(decoder).__name__)
     size = decoder.context
-    if not 0 < sinks < size:
+    if not 0 <= sinks < size:  # 0: a ring alone (window attention, what sinks are measured against)
         raise UnsupportedSinks(f"{model_type}: --attention-sink {sinks} must be between 1 and the cache length {size} - 1")
     if prefill_chunk > size - sinks:
         raise UnsupportedSinks(
@@ -123,6 +123,7 @@ def attention_sinks(decoder: nn.Module, sinks: int, prefill_chunk: int) -> nn.Mo
                 raise UnsupportedSinks(f"{model_type}: attention sinks over int8 caches are not built; leave out --kv-cache int8")
             if attention.owns_cache and attention.window is None:
                 attention.sinks = sinks
+                attention.keeps_sinks = True
     decoder.context = POSITIONS
     return decoder
 

@@ -71,14 +71,12 @@ def quantized(attention: nn.Module) -> QuantizedKV | None:
 def quantize_kv_caches(decoder: nn.Module, kv_cache: str = "int8") -> nn.Module:
     """Store every KV cache of ``decoder`` as ``kv_cache`` says (``"fp"``: as built; ``"int8"``: int8 and a scale per
     token and head, in the caches' dtype); returns ``decoder``.  Recurrent states are left as they are."""
-    from coreai_partitioner.blocks.attention import Attention
-
     if kv_cache not in KV_CACHES:
         raise ValueError(f"kv_cache {kv_cache!r}: choose one of {', '.join(KV_CACHES)}")
     if kv_cache == "fp":
         return decoder
     for module in decoder.modules():
-        if not isinstance(module, Attention) or not module.owns_cache or quantized(module) is not None:
+        if not _owns_kv_cache(module) or quantized(module) is not None:
             continue
         dtype, shape = module.key_cache.dtype, module.key_cache.shape
         for name in ("key", "value"):
@@ -89,11 +87,15 @@ def quantize_kv_caches(decoder: nn.Module, kv_cache: str = "int8") -> nn.Module:
 
 def kv_cache_bytes(decoder: nn.Module) -> int:
     """The bytes of ``decoder``'s KV caches (their scales included), not its recurrent states."""
-    from coreai_partitioner.blocks.attention import Attention
-
     total = 0
     for module in decoder.modules():
-        if isinstance(module, Attention) and module.owns_cache:
+        if _owns_kv_cache(module):
             names = ("key_cache", "value_cache", "key_scale_cache", "value_scale_cache")
             total += sum(b.numel() * b.element_size() for b in (getattr(module, n, None) for n in names) if b is not None)
     return total
+
+
+def _owns_kv_cache(module: nn.Module) -> bool:
+    """Whether ``module`` is an attention layer keeping a KV cache of its own (:class:`~.attention.Attention`'s
+    ``owns_cache``; this module is what that one imports)."""
+    return bool(getattr(module, "owns_cache", False)) and isinstance(getattr(module, "key_cache", None), torch.Tensor)

@@ -88,20 +88,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--graph-breaks", type=int, metavar="N", help="device form: a Core AI delegate per N layers, each a function of the one asset"
     )
-    parser.add_argument(
-        "--kv-cache",
-        choices=("fp", "int8"),
-        default="fp",
-        help="how the KV caches are stored: fp = the model's dtype; int8 = int8 with a scale per token and head, "
-        "dequantized before attention (about half of fp16's bytes; recurrent state stays as it is)",
-    )
-    parser.add_argument(
-        "--attention-sink",
-        type=int,
-        metavar="S",
-        help="keep S sink tokens and a ring of --max-context-len - S recent ones (StreamingLLM), so generation goes "
-        "on past --max-context-len (host form; RoPE attention over KV caches only)",
-    )
+    parser.add_argument("--kv-cache", choices=("fp", "int8"), default="fp",
+                        help="int8: KV caches stored int8 with a scale per token and head (docs/long-context.md)")
+    parser.add_argument("--attention-sink", type=int, metavar="S", help="keep S sink tokens and a ring of "
+                        "--max-context-len - S recent ones, generating past it (docs/long-context.md)")
     parser.add_argument(
         "--chat", metavar="MESSAGE", help="answer a message through the checkpoint's chat template and TextLLMRunner"
     )
@@ -128,7 +118,8 @@ def refusals() -> tuple[type[Exception], ...]:
 
     from coreai_partitioner.blocks.sinks import UnsupportedSinks
 
-    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision, UnsupportedSinks)
+    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision,
+               UnsupportedSinks)
     try:
         from coreai_partitioner.adapters.config import AdapterError
     except ImportError:  # PEFT is not installed: no adapter was asked for (settle says so otherwise)
@@ -270,7 +261,7 @@ def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified:
     """Each program's eager logits: the quantized eager model with the program's pairs, its weights expanded once
     unless they would not fit expanded; or the model at its dtype, with the adapter active (PEFT's, unmerged)."""
     from coreai_partitioner.text_generation.adapters import WithPairs
-    from coreai_partitioner.text_generation.check import eager_logits
+    from coreai_partitioner.text_generation.check import eager_logits, stored_as
 
     logits = {}
     for name in (None, *plan.adapter_dirs):
@@ -280,18 +271,9 @@ def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified:
             continue
         with peft_over(lowered_from, plan.adapter_dirs.get(name)) as eager_model:
             if plan.args.kv_cache != "fp":  # the program's own caches: the adapted decoder's, stored the same way
-                eager_model = int8_decoder(plan, getattr(eager_model, "get_base_model", lambda: eager_model)())
+                eager_model = stored_as(eager_model, plan.shapes, plan.args.kv_cache, plan.args.full_logits)
             logits[name] = eager_logits(eager_model, verified[name], plan.shapes)
     return logits
-
-
-def int8_decoder(plan: TextPlan, model: torch.nn.Module) -> torch.nn.Module:
-    """``model``'s decoder with its KV caches stored as ``--kv-cache`` says: what ``--verify`` judges such a program
-    against (int8 caches move the logits past the runtime's rounding)."""
-    from coreai_partitioner.blocks.quantized_cache import quantize_kv_caches
-    from coreai_partitioner.text_decoder import adapt
-
-    return quantize_kv_caches(adapt(model, plan.shapes, full_logits=plan.args.full_logits), plan.args.kv_cache)
 
 
 def describe(plan: TextPlan, model: torch.nn.Module, pte: Any) -> None:
@@ -320,7 +302,7 @@ def check(plan: TextPlan, path: Path, verified: Any, eager: Any) -> Any:
         program = PteWithData(pte, path.with_suffix(".ptd")) if plan.adapters else pte
         reset_state()
         reports[name or path.stem] = check(
-            program, verified[name], plan.shapes, eager=(eager or {}).get(name), dtype=plan.dtype, quantize=plan.args.quantize,
+            program, verified[name], plan.shapes, eager=(eager or {}).get(name), dtype=plan.dtype, quantize=plan.args.quantize
         )
     return ProgramReports(reports) if plan.adapters else reports[path.stem]
 

@@ -125,6 +125,8 @@ def run_chunks(path, tokens: list[int], chunk: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memory-only", action="store_true")
+    parser.add_argument("--part", choices=("all", "nll", "planned"), default="all",
+                        help="the measured part to run (results_file names it: long_context[_PART].txt)")
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "smollm2-135m-instruct")
     parser.add_argument("--results", type=Path, default=RESULTS)
@@ -133,10 +135,12 @@ def main() -> None:
     lines += memory_table()
     text = "\n".join(lines)
     print(text, flush=True)
-    if not args.memory_only:
-        text += "\n\n" + "\n".join(measured(args))
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "long_context.txt").write_text(text + "\n")
+    name = "long_context.txt" if args.part == "all" else f"long_context_{args.part}.txt"
+    args.partial = lambda more: (args.results / name).write_text(text + "\n\n" + "\n".join(more) + "\n")
+    args.partial([])
+    if not args.memory_only:
+        args.partial(measured(args))
 
 
 def measured(args) -> list[str]:
@@ -150,27 +154,12 @@ def measured(args) -> list[str]:
     checkpoint = smollm2_checkpoint(args.checkpoint_dir)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, attn_implementation="eager").eval()
-    lines = ["Device form's planned KV cache bytes (fp16 model, context 1024, read off the .pte's execution plan)", ""]
-    lines += ["| model | fp16 caches | int8 caches | int8/fp16 | planned arenas fp16 | planned arenas int8 |", "|---|---|---|---|---|---|"]
-    torch.manual_seed(0)
-    qwen = text_generation.tiny_config("qwen3")
-    for name, value in dict(num_hidden_layers=2, num_key_value_heads=8, num_attention_heads=16, head_dim=128,
-                            hidden_size=1024, intermediate_size=512, vocab_size=1024).items():
-        setattr(qwen, name, value)
-    for label, fp16_model in (("real SmolLM2-135M", copy.deepcopy(model).half()),
-                              ("Qwen3-0.6B shape, 2 layers", AutoModelForCausalLM.from_config(qwen).eval().half())):
-        planned = planned_kv_bytes(fp16_model, 1024)
-        (fp, fp_arenas), (q, q_arenas) = planned["fp"], planned["int8"]
-        lines.append(f"| {label} | {fp:,} | {q:,} | {q / fp:.3f} | {fp_arenas} | {q_arenas} |")
-        print(lines[-1], flush=True)
-        del fp16_model
-
     tokens = text_tokens(tokenizer, args.tokens)
-    lines += ["", f"Real SmolLM2-135M-Instruct (fp32) NLL over {len(tokens):,} tokens of pydoc_data.topics, teacher-forced "
+    lines = ["", f"Real SmolLM2-135M-Instruct (fp32) NLL over {len(tokens):,} tokens of pydoc_data.topics, teacher-forced "
               "through ExecuTorch's runtime (host form)", "",
               "| caches | context | calls | mean NLL (nats) | vs full fp32 | seconds |", "|---|---|---|---|---|---|"]
     rows = []
-    runs = [
+    runs = [] if args.part == "planned" else [
         ("full attention, fp32 caches", dict(kv_cache="fp"), 2048, 32, None),
         ("full attention, int8 caches", dict(kv_cache="int8"), 2048, 32, None),
         ("256-slot cache, 4 sinks + ring of 252", {}, 256, 1, 4),
@@ -190,6 +179,26 @@ def measured(args) -> list[str]:
             base = rows[0][3]
             lines.append(f"| {label} | {context} | {rows[-1][2]:,} | {value:.4f} | {100 * (value / base - 1):+.2f}% | {rows[-1][4]:.0f} |")
             print(lines[-1], flush=True)
+            args.partial(lines)
+    if args.part == "nll":
+        return lines
+    lines += [""]
+    lines += ["Device form's planned KV cache bytes (fp16 model, context 1024, read off the .pte's execution plan)", ""]
+    lines += ["| model | fp16 caches | int8 caches | int8/fp16 | planned arenas fp16 | planned arenas int8 |", "|---|---|---|---|---|---|"]
+    torch.manual_seed(0)
+    qwen = text_generation.tiny_config("qwen3")
+    for name, value in dict(num_hidden_layers=2, num_key_value_heads=8, num_attention_heads=16, head_dim=128,
+                            hidden_size=1024, intermediate_size=512, vocab_size=1024, max_position_embeddings=40960).items():
+        setattr(qwen, name, value)
+    for label, fp16_model in (("Qwen3-0.6B shape, 2 layers", AutoModelForCausalLM.from_config(qwen).eval().half()),
+                              ("real SmolLM2-135M", copy.deepcopy(model).half())):
+        planned = planned_kv_bytes(fp16_model, 1024)
+        (fp, fp_arenas), (q, q_arenas) = planned["fp"], planned["int8"]
+        lines.append(f"| {label} | {fp:,} | {q:,} | {q / fp:.3f} | {fp_arenas} | {q_arenas} |")
+        print(lines[-1], flush=True)
+        args.partial(lines)
+        del fp16_model
+
     return lines
 
 

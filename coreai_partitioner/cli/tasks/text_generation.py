@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -354,7 +354,9 @@ def after(plan: TextPlan) -> None:
             pte = PteWithData(pte, args.out.with_suffix(".ptd"))
         label = f"[{name or args.out.stem}]" if plan.adapters else ""
         if args.generate is not None:
-            generate(pte, tokenizer, args.generate, plan.shapes, args.new_tokens, label)
+            from coreai_partitioner.blocks.sinks import POSITIONS  # sinks: generation goes on past the cache's length
+            shapes = replace(plan.shapes, max_context_len=POSITIONS) if args.attention_sink else plan.shapes
+            generate(pte, tokenizer, args.generate, shapes, args.new_tokens, label)
         if args.chat is not None:
             chat(pte, tokenizer, args.chat, plan.chat_prompt, args.new_tokens, args.checkpoint, label)
 

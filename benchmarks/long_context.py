@@ -125,7 +125,7 @@ def run_chunks(path, tokens: list[int], chunk: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memory-only", action="store_true")
-    parser.add_argument("--part", choices=("all", "nll", "planned"), default="all",
+    parser.add_argument("--part", choices=("all", "nll", "sinks", "planned"), default="all",
                         help="the measured part to run (results_file names it: long_context[_PART].txt)")
     parser.add_argument("--tokens", type=int, default=2000)
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "smollm2-135m-instruct")
@@ -159,16 +159,17 @@ def measured(args) -> list[str]:
               "through ExecuTorch's runtime (host form)", "",
               "| caches | context | calls | mean NLL (nats) | vs full fp32 | seconds |", "|---|---|---|---|---|---|"]
     rows = []
-    runs = [] if args.part == "planned" else [
+    runs = [
         ("full attention, fp32 caches", dict(kv_cache="fp"), 2048, 32, None),
         ("full attention, int8 caches", dict(kv_cache="int8"), 2048, 32, None),
         ("256-slot cache, 4 sinks + ring of 252", {}, 256, 1, 4),
         ("256-slot ring, no sinks (window attention)", {}, 256, 1, 0),
     ]
+    runs = {"planned": [], "nll": runs[:2], "sinks": runs[2:]}.get(args.part, runs)
     with tempfile.TemporaryDirectory() as directory:
         for label, options, context, chunk, sinks in runs:
             start = time.perf_counter()
-            shapes = text_generation.DecoderShapes(max_context_len=context, prefill_chunk=max(chunk, 2))
+            shapes = text_generation.DecoderShapes(max_context_len=context, prefill_chunk=max(chunk, 4))
             decoder = text_generation.adapt(model, shapes, full_logits=True)
             if sinks is not None:
                 attention_sinks(decoder, sinks, shapes.prefill_chunk)
@@ -176,11 +177,11 @@ def measured(args) -> list[str]:
                             Path(directory) / "model.pte")
             value = nll(run_chunks(path, tokens, chunk), tokens)
             rows.append((label, context, -(-(len(tokens) - 1) // chunk), value, time.perf_counter() - start))
-            base = rows[0][3]
+            base = rows[0][3] if args.part != "sinks" else math.nan  # the full fp32 row is --part nll's
             lines.append(f"| {label} | {context} | {rows[-1][2]:,} | {value:.4f} | {100 * (value / base - 1):+.2f}% | {rows[-1][4]:.0f} |")
             print(lines[-1], flush=True)
             args.partial(lines)
-    if args.part == "nll":
+    if args.part in ("nll", "sinks"):
         return lines
     lines += [""]
     lines += ["Device form's planned KV cache bytes (fp16 model, context 1024, read off the .pte's execution plan)", ""]

@@ -144,7 +144,7 @@ def hf_greedy(model, prompt, new_tokens: int, eos: int | None = None) -> tuple[l
 TIES = {torch.float32: 1e-5, torch.float16: 2e-3}
 
 
-def assert_hf_greedy(got: list[int], model, prompt, new_tokens: int, eos: int | None = None) -> None:
+def assert_hf_greedy(got: list[int], model, prompt, new_tokens: int, eos: int | None = None, tie: float | None = None) -> None:
     """``got`` (new tokens) is HF's greedy continuation of ``prompt`` (ids, or a processor's inputs), stopping at
     ``eos`` as ``generate`` does.
 
@@ -153,18 +153,19 @@ def assert_hf_greedy(got: list[int], model, prompt, new_tokens: int, eos: int | 
     must be HF's second token there; the rest must be HF's greedy
     continuation of the tokens ``got`` took, compared the same way.
     """
+    tie = TIES[model.dtype] if tie is None else tie
     wanted, margins, seconds = hf_greedy(model, prompt, new_tokens, eos)
     for step, (expected, margin, second) in enumerate(zip(wanted, margins, seconds)):
         if step == len(got):
             raise AssertionError(f"stopped after {got}; HF goes on: {wanted}")
         if got[step] != expected:
-            assert margin < TIES[model.dtype] and got[step] == second, (
+            assert margin < tie and got[step] == second, (
                 f"step {step}: {got} != HF {wanted} (HF's top two {expected}, {second} are {margin:.3g} apart; "
-                f"a tie is below {TIES[model.dtype]:g})"
+                f"a tie is below {tie:g})"
             )
             taken = step + 1
             if taken < new_tokens and (eos is None or got[step] != eos) and got[step] not in _eos_ids(model, eos):
-                assert_hf_greedy(got[taken:], model, continued(prompt, got[:taken]), new_tokens - taken, eos)
+                assert_hf_greedy(got[taken:], model, continued(prompt, got[:taken]), new_tokens - taken, eos, tie)
             else:
                 assert len(got) == taken, f"{got} goes on past its end at step {step}"
             return

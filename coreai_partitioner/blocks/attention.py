@@ -8,6 +8,8 @@ import torch
 from coreai_torch.composite_ops import SDPA, RoPE
 from torch import nn
 
+from coreai_partitioner.blocks.quantized_cache import quantized
+
 
 @dataclass(frozen=True)
 class AttentionShape:
@@ -120,6 +122,13 @@ class Attention(nn.Module):
 
     def cache(self, k: torch.Tensor, v: torch.Tensor, step) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Write ``k``, ``v`` ``[B, kv_heads, T, head_dim]`` to the cache, the step's way; what to attend."""
+        if getattr(self, "keeps_sinks", False):  # a cache of sink tokens and a ring of recent ones (blocks.sinks)
+            return step.sink_cache(self, k, v)
+        caches = quantized(self)
+        if caches is not None:  # int8 caches (quantize_kv_caches): the step's int8 way
+            if self.window is None:
+                return step.int8_full_cache(caches, k, v)
+            return step.int8_ring_cache(self.window, caches, k, v)
         if self.window is None:
             return step.full_cache(self.key_cache, self.value_cache, k, v)
         return step.ring_cache(self.window, self.key_cache, self.value_cache, k, v)

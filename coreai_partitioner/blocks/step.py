@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from coreai_partitioner.blocks.cache import WindowPlan, ring_write, window_plan, write_at, write_plan
+from coreai_partitioner.blocks.quantized_cache import QuantizedKV, quantize_rows
 
 
 class Step:
@@ -136,6 +137,42 @@ class Step:
         value_cache.copy_(ring_write(value_cache, v, plan))
         return keys, values, plan.mask
 
+    def int8_full_cache(self, caches: QuantizedKV, k: torch.Tensor, v: torch.Tensor):
+        """:meth:`full_cache` over int8 caches (:mod:`~.quantized_cache`): the call's rows quantized and written,
+        the whole cache dequantized to attend."""
+        plan = self.write_plan(caches.keys.shape, caches.dtype)
+        keys = _int8_write(caches.keys, caches.key_scales, k, lambda cache, rows: write_at(cache, rows, plan))
+        values = _int8_write(caches.values, caches.value_scales, v, lambda cache, rows: write_at(cache, rows, plan))
+        return keys, values, self.full_mask(caches.keys.shape[2])
+
+    def int8_ring_cache(self, size: int, caches: QuantizedKV, k: torch.Tensor, v: torch.Tensor):
+        """:meth:`ring_cache` over int8 rings: the ring dequantized, then the call's own rows as the ring will
+        hold them (quantized and dequantized), and their mask; the call's last ``size`` tokens written."""
+        plan = self.window(size)
+        attended = []
+        for cache, scales, rows in ((caches.keys, caches.key_scales, k), (caches.values, caches.value_scales, v)):
+            values, scale = quantize_rows(rows.to(caches.dtype))
+            ring = cache.to(caches.dtype) * scales
+            attended.append(torch.cat([ring, values * scale], dim=2))
+            cache.copy_(ring_write(cache.to(caches.dtype), values, plan).to(torch.int8))
+            scales.copy_(ring_write(scales, scale, plan))
+        return attended[0], attended[1], plan.mask
+
+    def sink_cache(self, attention: nn.Module, k: torch.Tensor, v: torch.Tensor):
+        """``attention``'s cache of sink tokens and a ring of recent ones (:mod:`~.sinks`): the cache's keys (the
+        sinks turned to their place in the cache) and values, then the call's own, and their mask; the call's rows
+        written at their slots."""
+        from coreai_partitioner.blocks.sinks import re_rotate, sink_plan
+
+        key_cache, value_cache = attention.key_cache, attention.value_cache
+        size = key_cache.shape[2]
+        plan = self.memoized(("sinks", attention.sinks, size), lambda: sink_plan(self.positions.float(), attention.sinks, size))
+        keys = torch.cat([re_rotate(attention, key_cache, plan.shift, self), k.to(key_cache.dtype)], dim=2)
+        values = torch.cat([value_cache, v.to(value_cache.dtype)], dim=2)
+        key_cache.copy_(ring_write(key_cache, k, plan))  # a one-hot write, as a sliding ring's
+        value_cache.copy_(ring_write(value_cache, v, plan))
+        return keys, values, plan.mask
+
     def finish(self) -> None:
         """Write every sliding window's new slot positions (after every layer has read the old), and which positions
         the recurrent layers' stashes hold (:meth:`finish_stashes`)."""
@@ -154,3 +191,14 @@ class Step:
             stashed.copy_(self.positions.to(stashed.dtype) + 1.0)
         else:
             stashed.copy_(torch.zeros_like(stashed))
+
+
+def _int8_write(cache: torch.Tensor, scales: torch.Tensor, rows: torch.Tensor, write: Callable) -> torch.Tensor:
+    """``rows`` [B, H, T, D] quantized and written into the int8 ``cache`` and its ``scales`` by ``write(cache, rows)``
+    (in the scales' dtype: the int8 values are exact there); the cache after, dequantized."""
+    values, scale = quantize_rows(rows.to(scales.dtype))
+    stored = write(cache.to(scales.dtype), values)
+    written = write(scales, scale)
+    cache.copy_(stored.to(torch.int8))
+    scales.copy_(written)
+    return stored * written

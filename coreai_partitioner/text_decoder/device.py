@@ -63,6 +63,7 @@ from torch import nn
 
 from coreai_partitioner.partition.boundaries import outside_delegate, segment
 from coreai_partitioner.blocks import Attention, Step, WindowPlan, ring_positions_before, window_plan, written_only
+from coreai_partitioner.blocks.quantized_cache import quantize_rows
 
 class DeviceStep(Step):
     """A :class:`~.blocks.Step` whose KV caches are the program's: read whole, written outside by row.
@@ -151,6 +152,39 @@ class DeviceStep(Step):
             slots = torch.remainder(self.slots, key_cache.shape[2])
         self._write_rows(key_cache, value_cache, k, v, slots)  # T <= window <= ring (check_device): no slot twice
         return keys, values, plan.mask
+
+    def int8_full_cache(self, caches, k, v):
+        """:meth:`full_cache` over int8 caches: each crosses as the scales' dtype (upstream's runtime takes fp16/fp32
+        only: a cast outside the delegate), is dequantized inside, and the call's rows are quantized inside and
+        written outside as int8.  An int8 value is finite whatever the memory held: only the scales, ``[L, 1]`` a
+        head, are read through :func:`~.blocks.written_only`."""
+        held = self._held(caches.keys.shape[2])
+        keys = self._int8_read_write(caches.keys, caches.key_scales, k, held, self.slots)
+        values = self._int8_read_write(caches.values, caches.value_scales, v, held, self.slots)
+        return keys, values, self._old_and_new_mask(caches.keys.shape[2])
+
+    def int8_ring_cache(self, size, caches, k, v):
+        plan = self.window(size)
+        with outside_delegate():
+            slots = torch.remainder(self.slots, caches.keys.shape[2])  # the ring: its window and spare slots
+        keys = self._int8_read_write(caches.keys, caches.key_scales, k, plan.held, slots)
+        values = self._int8_read_write(caches.values, caches.value_scales, v, plan.held, slots)
+        return keys, values, plan.mask
+
+    @staticmethod
+    def _int8_read_write(cache, scales, rows, held, slots) -> torch.Tensor:
+        """The int8 ``cache`` dequantized (unwritten slots zero), then the call's ``rows`` as the cache will hold
+        them; the rows quantized inside and written at ``slots`` outside."""
+        dtype = scales.dtype
+        values, scale = quantize_rows(rows.to(dtype))
+        with outside_delegate():
+            old = cache.to(dtype)
+        attended = torch.cat([old * written_only(scales, held), values * scale], dim=2)
+        values, scale = _default_order(values), _default_order(scale)
+        with outside_delegate():
+            cache.index_copy_(2, slots, values.to(torch.int8))
+            scales.index_copy_(2, slots, scale)
+        return attended
 
     @staticmethod
     def _write_rows(key_cache, value_cache, k, v, slots) -> None:

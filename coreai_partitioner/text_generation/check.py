@@ -156,6 +156,16 @@ def eager_logits(
     return torch.cat(rows)
 
 
+def stored_as(model: torch.nn.Module, shapes: DecoderShapes, kv_cache: str, full_logits: bool = False) -> torch.nn.Module:
+    """``model``'s decoder (a ``PeftModel``'s base, its adapter active) with its KV caches stored as ``kv_cache`` says:
+    what a program with int8 caches is judged against (they move the logits past the runtime's rounding)."""
+    from coreai_partitioner.blocks.quantized_cache import quantize_kv_caches
+    from coreai_partitioner.text_decoder import adapt
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return quantize_kv_caches(adapt(base, shapes, full_logits=full_logits), kv_cache)
+
+
 @dataclass(frozen=True)
 class DecoderReport:
     """A lowered decoder's logits against the eager model it was lowered from (the check) and the fp32 model."""

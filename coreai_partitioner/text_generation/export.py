@@ -41,7 +41,7 @@ def lower_decoder(model: nn.Module, shapes: DecoderShapes, **options: Any):
 
     ``options`` are :func:`lower_with_adapters`' (the base's program of a
     lowering with no adapters): ``full_logits``, ``quantize``, ``keep_float``,
-    ``quantized_reference``, ``decoder``, ``target``, ``graph_breaks`` and the
+    ``quantized_reference``, ``decoder``, ``target``, ``graph_breaks``, ``kv_cache``, ``attention_sink`` and the
     partitioner's.  A ``PeftModel`` is lowered with its active LoRA adapter
     kept low rank beside the base layers: that adapter's program
     (:func:`lower_peft_model`).
@@ -69,6 +69,8 @@ def lower_with_adapters(
     decoder: Decoder | None = None,
     target: str | None = None,
     graph_breaks: int | None = None,
+    kv_cache: str = "fp",
+    attention_sink: int | None = None,
     **partitioner_options: Any,
 ):
     """``model`` (a transformers causal LM) exported and lowered once, with a slot for every layer ``adapters``
@@ -99,6 +101,13 @@ def lower_with_adapters(
     makes a delegate of every ``N`` layers, each a function of the one asset.  A per-block integer ``quantize``
     (``"int4"``) in the device form warns once (Apple's coreai-models #279: such weights come out wrong on the
     Neural Engine; :func:`~coreai_partitioner.quantize.schemes.warn_per_block_int_on_device`).
+    ``kv_cache="int8"`` stores every KV cache as int8 with a scale per token
+    and head (:mod:`coreai_partitioner.blocks.quantized_cache`), in either form.
+    ``attention_sink=S`` (host form, dynamic shapes) makes each full-attention
+    cache of ``shapes.max_context_len`` slots hold ``S`` sink tokens and a
+    ring of the rest (:mod:`coreai_partitioner.blocks.sinks`), and tells the
+    runner a context of :data:`~coreai_partitioner.blocks.sinks.POSITIONS`
+    so that generation goes on past the cache.
 
     ``adapters`` (LoRA adapters read by
     :func:`~coreai_partitioner.adapters.config.read_adapter`) each get a slot
@@ -114,6 +123,8 @@ def lower_with_adapters(
     from coreai_partitioner.lowering.methods import lower_methods
     from coreai_partitioner.lowering.whole_program import decomposition_table
     from coreai_partitioner.quantize.schemes import warn_per_block_int_on_device
+    from coreai_partitioner.blocks.quantized_cache import quantize_kv_caches
+    from coreai_partitioner.blocks.sinks import POSITIONS, UnsupportedSinks, attention_sinks
     from coreai_partitioner.text_decoder.device import check_device
     from coreai_partitioner.text_decoder.slots import adapter_slots
     from coreai_partitioner.text_generation.adapters import AdapterPrograms, bind_adapters, check_adapters
@@ -129,10 +140,20 @@ def lower_with_adapters(
     stack_traces = reads_stack_traces(partitioner_options)
     with adapter_slots(model, adapters, max_rank) if adapters else contextlib.nullcontext() as slots:
         decoder = decoder if decoder is not None else adapt(model, shapes, full_logits=full_logits)
+        quantize_kv_caches(decoder, kv_cache)
+        if attention_sink:
+            if shapes.device or shapes.mode != "dynamic":
+                raise UnsupportedSinks(
+                    f"{decoder.model_type}: attention sinks are built for the host form's dynamic shapes; leave out "
+                    "--target device and --shapes enumerated"
+                )
+            attention_sinks(decoder, attention_sink, shapes.prefill_chunk)
         if shapes.device:
             check_device(decoder, shapes.prefill_chunk, graph_breaks)
             warn_per_block_int_on_device(quantize)
         metadata = runner_metadata(model, shapes)
+        if attention_sink:  # the cache never fills: the runner may go on to the positions' limit
+            metadata["get_max_context_len"] = POSITIONS
 
         def exported():
             table = decomposition_table()

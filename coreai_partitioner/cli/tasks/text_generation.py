@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ FLAGS = ("--quantize", "--num-layers", "--max-context-len", "--prefill-chunk", "
 DEFAULTS = {"config": "llama", "max_context_len": 128, "prefill_chunk": 32}
 
 #: ``text_generation.lower_with_adapters`` keywords, by the flag whose ``dest`` each is.
-LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks")
+LOWERING_OPTIONS = ("--full-logits", "--quantize", "--graph-breaks", "--kv-cache", "--attention-sink")
 #: Under --quantize the weights it stores are read from the checkpoint as they are compressed (under --verify where the
 #: fp32 model would not fit: cli/task.py's layer_by_layer).
 STREAMS_WEIGHTS = True
@@ -89,6 +89,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--graph-breaks", type=int, metavar="N", help="device form: a Core AI delegate per N layers, each a function of the one asset"
     )
+    parser.add_argument("--kv-cache", choices=("fp", "int8"), default="fp",
+                        help="int8: KV caches stored int8 with a scale per token and head (docs/long-context.md)")
+    parser.add_argument("--attention-sink", type=int, metavar="S", help="keep S sink tokens and a ring of "
+                        "--max-context-len - S recent ones, generating past it (docs/long-context.md)")
     parser.add_argument(
         "--chat", metavar="MESSAGE", help="answer a message through the checkpoint's chat template and TextLLMRunner"
     )
@@ -113,7 +117,10 @@ def refusals() -> tuple[type[Exception], ...]:
     from coreai_partitioner.text_decoder.tokenizer import TokenizerError
     from coreai_partitioner.verify import fidelity
 
-    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision)
+    from coreai_partitioner.blocks.sinks import UnsupportedSinks
+
+    refused = (UnsupportedModel, UnsupportedConfig, UnsupportedShapes, TokenizerError, fidelity.UnknownPrecision,
+               UnsupportedSinks)
     try:
         from coreai_partitioner.adapters.config import AdapterError
     except ImportError:  # PEFT is not installed: no adapter was asked for (settle says so otherwise)
@@ -250,6 +257,8 @@ def lower(plan: TextPlan, model: torch.nn.Module, phases: Phases) -> tuple[Any, 
         lowered = lower_with_adapters(model, plan.shapes, plan.adapters, quantized_reference=held, **lowering_options(plan.args))
     if held:
         return lowered, held.pop()
+    if plan.args.kv_cache != "fp":  # judged against the model's decoder over caches stored the same way (eager())
+        return lowered, at_dtype(plan, model) or model
     return lowered, at_dtype(plan, model)
 
 
@@ -257,7 +266,7 @@ def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified:
     """Each program's eager logits: the quantized eager model with the program's pairs, its weights expanded once
     unless they would not fit expanded; or the model at its dtype, with the adapter active (PEFT's, unmerged)."""
     from coreai_partitioner.text_generation.adapters import WithPairs
-    from coreai_partitioner.text_generation.check import eager_logits
+    from coreai_partitioner.text_generation.check import eager_logits, stored_as
 
     logits = {}
     for name in (None, *plan.adapter_dirs):
@@ -266,6 +275,8 @@ def eager(plan: TextPlan, lowered: Any, lowered_from: torch.nn.Module, verified:
             logits[name] = eager_logits(step, verified[name], plan.shapes, expanded=not plan.layer_by_layer)
             continue
         with peft_over(lowered_from, plan.adapter_dirs.get(name)) as eager_model:
+            if plan.args.kv_cache != "fp":  # the program's own caches: the adapted decoder's, stored the same way
+                eager_model = stored_as(eager_model, plan.shapes, plan.args.kv_cache, plan.args.full_logits)
             logits[name] = eager_logits(eager_model, verified[name], plan.shapes)
     return logits
 
@@ -352,6 +363,8 @@ def after(plan: TextPlan) -> None:
             pte = PteWithData(pte, args.out.with_suffix(".ptd"))
         label = f"[{name or args.out.stem}]" if plan.adapters else ""
         if args.generate is not None:
-            generate(pte, tokenizer, args.generate, plan.shapes, args.new_tokens, label)
+            from coreai_partitioner.blocks.sinks import POSITIONS  # sinks: generation goes on past the cache's length
+            shapes = replace(plan.shapes, max_context_len=POSITIONS) if args.attention_sink else plan.shapes
+            generate(pte, tokenizer, args.generate, shapes, args.new_tokens, label)
         if args.chat is not None:
             chat(pte, tokenizer, args.chat, plan.chat_prompt, args.new_tokens, args.checkpoint, label)

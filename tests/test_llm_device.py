@@ -38,8 +38,8 @@ from coreai_partitioner.text_decoder.device import UnsupportedDevice  # noqa: E4
 from coreai_partitioner.text_generation.runner import Runner  # noqa: E402
 
 CHUNK = 4
-SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=CHUNK, target="device")
-STATIC = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=CHUNK, target="device", device_shapes="static")
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=CHUNK, target="device", verify_len=0)  # forward's composites counted in the asset alone; verify's are tests/test_speculative.py's
+STATIC = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=CHUNK, target="device", device_shapes="static", verify_len=0)  # forward's composites counted in the asset alone; verify's are tests/test_speculative.py's
 PROMPT = 11  # calls of 4, 4 and 3 tokens (static: two prefill calls of 4, then three forward calls of 1)
 NEW_TOKENS = 10
 RUNNER_PROMPT = "Hello, Core AI"  # 14 tokens of the byte tokenizer: the runner prefills them in 4 calls

@@ -34,7 +34,7 @@ from coreai_partitioner.quantize.schemes import SCHEMES, scheme  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8)
+SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=8, verify_len=0)  # forward's composites counted in the asset alone; verify's are tests/test_speculative.py's
 SIZES = dict(hidden_size=256, intermediate_size=1024, vocab_size=1024)
 #: The .pte's bytes besides the weights: ExecuTorch's own and the Core AI program with its dequantizing ops
 #: (5 kB and 13 kB float at this depth: README, "Quantized weights"), with room.

@@ -65,16 +65,13 @@ class Step:
         """
         goes_on = self.memoized("goes_on", lambda: self.positions[:1] > 0)
         if stash is not None:
-            found, row = self.memoized("stashed", self._stashed_row)
-            chosen = stash.index_select(0, row).squeeze(0)  # one row read, not the stash
-            state = torch.where(found, chosen, state)
+            stashed = self.decoder.stash_positions_state  # each row's position plus one; 0: no row
+            hits = self.memoized("stashed", lambda: stashed == self.positions[:1].to(stashed.dtype))
+            rows = hits.view(-1, *([1] * state.dim()))
+            # A selection, not a product (0 * NaN is NaN); every op a Core AI op, so the delegate keeps it.
+            chosen = torch.where(rows, stash, torch.zeros((), dtype=stash.dtype)).sum(0)
+            state = torch.where(hits.any(), chosen, state)
         return torch.where(goes_on, state, torch.zeros_like(state))  # not a product: 0 * NaN is NaN
-
-    def _stashed_row(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Whether the stashes hold the state this call goes on from (``[1]`` bool), and which row (``[1]``)."""
-        stashed = self.decoder.stash_positions_state  # each row's position plus one; 0: no row
-        hits = stashed == self.positions[:1].to(stashed.dtype)
-        return hits.any().view(1), hits.to(stashed.dtype).argmax().view(1)
 
     def keep(self, state: torch.Tensor, stash: torch.Tensor | None, states: torch.Tensor) -> None:
         """Write a recurrent layer's new state: the last of ``states`` (``[T, *state.shape]``, after each position)

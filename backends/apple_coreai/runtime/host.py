@@ -273,6 +273,8 @@ class _Delegate:
     outputs: list[np.ndarray] = field(default_factory=list)
     #: The rank of each output as the asset declares it.
     output_ranks: list[int] = field(default_factory=list)
+    #: Which loaded program's shared state this delegate's is (:func:`_program_state`), if any.
+    state_key: tuple[str, int] | None = None
 
     def __post_init__(self) -> None:
         self.output_ranks = [len(self.asset.desc.output_descriptor(n).shape) for n in self.asset.output_names]
@@ -418,8 +420,9 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
         initial = initial_values(manifest, lambda path: bytes(files[path]))
     try:
         asset.bind(manifest["input_names"], manifest["output_names"])
-        state = _program_state(manifest["hash"], request.program, asset, lambda: _new_state(asset, initial, manifest))
+        state, state_key = _program_state(manifest["hash"], request.program, asset, lambda: _new_state(asset, initial, manifest))
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
+        delegate.state_key = state_key
     except BaseException:
         _close_shared(asset)
         raise
@@ -605,31 +608,37 @@ def _address(array: np.ndarray) -> int:
 _states: dict[tuple[str, int], list[Any]] = {}
 
 
-def _program_state(asset_hash: str, program: int | None, asset: LoadedAsset, new: Any) -> dict[str, Any]:
-    """The state of ``asset`` in the loaded ``program``: the one its other functions there use, or ``new()``'s."""
+def _program_state(
+    asset_hash: str, program: int | None, asset: LoadedAsset, new: Any
+) -> tuple[dict[str, Any], tuple[str, int] | None]:
+    """The state of ``asset``'s function in the loaded ``program`` (its names, each the array every function of the
+    asset there reads: a function may declare fewer than another, ``forward`` than ``verify``), and its key."""
     if not program or not asset.state_names:
-        return new()
-    entry = _states.get((asset_hash, program))
-    if entry is None or set(entry[0]) != set(asset.state_names):
-        entry = _states[(asset_hash, program)] = [new(), 0]
+        return new(), None
+    key = (asset_hash, program)
+    entry = _states.setdefault(key, [{}, 0])
+    shared = entry[0]
+    missing = [name for name in asset.state_names if name not in shared]
+    if missing:
+        made = new()
+        shared.update({name: made[name] for name in missing})
     entry[1] += 1
-    return entry[0]
+    return {name: shared[name] for name in asset.state_names}, key
 
 
-def _release_state(state: dict[str, Any]) -> None:
-    """One delegate less on a shared ``state``; forgotten with the last."""
-    for key, entry in list(_states.items()):
-        if entry[0] is state:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del _states[key]
-            return
+def _release_state(key: tuple[str, int] | None) -> None:
+    """One delegate less on the shared state of ``key``; forgotten with the last."""
+    entry = _states.get(key) if key is not None else None
+    if entry is not None:
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _states[key]
 
 
 def _release(delegate_id: int) -> None:
     delegate = _delegates.pop(delegate_id, None)
     if delegate is not None:
-        _release_state(delegate.state)
+        _release_state(delegate.state_key)
         try:
             _close_shared(delegate.asset)
         except Exception:  # noqa: BLE001 - destroy cannot fail

@@ -82,7 +82,10 @@ def test_every_lowering_option_is_a_lower_with_adapters_keyword():
 
     parser = export.build_parser(task)
     options = task.lowering_options(parser.parse_args(["--quantize", "int4", "--full-logits"]))
-    assert options == {"full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none", "external_data": False}
+    assert options == {
+        "full_logits": True, "quantize": "int4", "graph_breaks": None, "debug_info": "none", "external_data": False,
+        "kv_cache": "fp", "attention_sink": None,  # docs/long-context.md
+    }
     keywords = set(inspect.signature(text_generation.lower_with_adapters).parameters) | set(inspect.signature(CoreAIPartitioner).parameters)
     assert set(options) <= keywords
     assert parser.get_default("quantize") is None and set(flags.definitions()["--quantize"]["choices"]) == set(SCHEMES)

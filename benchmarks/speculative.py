@@ -419,7 +419,7 @@ def main() -> None:
         directory = args.pte_dir or Path(directory)
         ptes = {}
         for form in args.forms:
-            shapes = text_generation.DecoderShapes(max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PREFILL_CHUNK, target=form)
+            shapes = text_generation.DecoderShapes(max_context_len=MAX_CONTEXT_LEN, prefill_chunk=PREFILL_CHUNK, target=form, verify_len=9)
             for role, source in (("target", model), ("draft", draft)):
                 if role == "draft" and "draft-model" not in args.drafters:
                     continue

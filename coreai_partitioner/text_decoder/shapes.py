@@ -56,8 +56,9 @@ class DecoderShapes:
     target: str = "host"
     device_shapes: str = "bounded"
     #: The tokens of one ``verify`` call (speculative decoding: the last token and up to ``verify_len - 1`` drafts);
-    #: ``None``: :data:`VERIFY_LEN` or the context if shorter; ``0``: no ``verify`` method.
-    verify_len: int | None = None
+    #: ``None``: :data:`VERIFY_LEN` or the context if shorter (what ``export`` asks for); ``0`` (default of the
+    #: Python API): no ``verify`` method.
+    verify_len: int | None = 0
 
     def __post_init__(self) -> None:
         if self.mode not in SHAPE_MODES:

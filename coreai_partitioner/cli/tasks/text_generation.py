@@ -148,7 +148,8 @@ def settle(args: argparse.Namespace, config: Any) -> TextPlan:
     from coreai_partitioner.text_decoder import DecoderShapes, family_of
 
     try:
-        shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target, args.device_shapes)
+        verify = None if args.shapes == "dynamic" or args.target == "device" else 0  # a verify method where one fits
+        shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target, args.device_shapes, verify)
     except ValueError as error:
         raise CommandError(str(error)) from None
     family_of(config.get_text_config().model_type)  # refused here, before any work, if no family adapts it

@@ -62,13 +62,17 @@ class MoE(nn.Module):
 
         Their output channels are axis 1 of ``[E, out, in]`` (experts stored
         ``[E, in, out]`` are clustered transposed).  int4 blocks are of 32 or
-        of the largest common divisor of the input width.
+        of the largest common divisor of the input width.  Experts already
+        stored (:meth:`quantize_experts`: a decoder exported once a method)
+        are not planned again.
         """
         from coreai_partitioner.quantize.schemes import Planned, scheme as scheme_of
 
         found = scheme_of(scheme)
         planned = []
         for name in ("gate_up", "down"):
+            if name in self.forms:
+                continue
             shape = tuple(self._out_first(getattr(self, name)).shape)
             form = found.linear
             if form.kind == "int" and form.size is not None:

@@ -80,7 +80,12 @@ def run_task(task: Task, argv: list[str] | None = None, prog: str | None = None)
 def export_llm(argv: list[str] | None = None, prog: str | None = None) -> int:
     """``coreai-export-llm``, ``python -m coreai_partitioner export-llm``, ``examples/export_llm.py``: the
     ``text-generation`` task."""
-    return run_task(detect.tasks()["text-generation"], argv, prog)
+    # The task's own module, not detect.tasks(): that imports every task, and so ExecuTorch, which logs at
+    # import, before run_task holds the dependencies down.
+    from coreai_partitioner.cli.task import with_defaults
+    from coreai_partitioner.cli.tasks import text_generation
+
+    return run_task(with_defaults(text_generation), argv, prog)
 
 
 def run(task: Task, args: argparse.Namespace) -> None:

@@ -41,6 +41,7 @@ hash of its sources and the executorch version in ``$COREAI_PARTITIONER_CACHE``
 from __future__ import annotations
 
 import atexit
+import contextvars
 import ctypes
 import hashlib
 import importlib.metadata
@@ -274,7 +275,7 @@ class _Delegate:
     #: The rank of each output as the asset declares it.
     output_ranks: list[int] = field(default_factory=list)
     #: Which loaded program's shared state this delegate's is (:func:`_program_state`), if any.
-    state_key: tuple[str, int] | None = None
+    state_key: tuple[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.output_ranks = [len(self.asset.desc.output_descriptor(n).shape) for n in self.asset.output_names]
@@ -420,7 +421,8 @@ def _load_delegate(request: _LoadRequest, num_inputs: Any, num_outputs: Any) -> 
         initial = initial_values(manifest, lambda path: bytes(files[path]))
     try:
         asset.bind(manifest["input_names"], manifest["output_names"])
-        state, state_key = _program_state(manifest["hash"], request.program, asset, lambda: _new_state(asset, initial, manifest))
+        program = (request.program, _loading.get())
+        state, state_key = _program_state(manifest["hash"], program, asset, lambda: _new_state(asset, initial, manifest))
         delegate = _Delegate(method, manifest, asset, state, *_io_dtypes(asset, method, manifest))
         delegate.state_key = state_key
     except BaseException:
@@ -605,15 +607,23 @@ def _address(array: np.ndarray) -> int:
 #: The Core AI state of each asset in each loaded program ((hash, program) -> [state, delegates]): the delegates
 #: of one asset's functions in one program share it, as a Core AI program's functions share its state (a text
 #: decoder's forward and verify read and write one KV cache).  Two loads, or a base and its adapters, never do.
-_states: dict[tuple[str, int], list[Any]] = {}
+_states: dict[tuple[str, Any], list[Any]] = {}
+
+#: Which call of :func:`load_program` is loading methods, if any.  The runtime tells a program by where its named
+#: data keys are, and two loads of one ``bytes`` object read their keys from the same place: this tells them apart
+#: (loads from files map their own copies; ExecuTorch's ``Runtime.load_program`` of one buffer twice is the case
+#: only :func:`load_program` mends).
+_loading: contextvars.ContextVar[int | None] = contextvars.ContextVar("coreai_host_loading", default=None)
+_loads = itertools.count()
 
 
 def _program_state(
-    asset_hash: str, program: int | None, asset: LoadedAsset, new: Any
-) -> tuple[dict[str, Any], tuple[str, int] | None]:
-    """The state of ``asset``'s function in the loaded ``program`` (its names, each the array every function of the
-    asset there reads: a function may declare fewer than another, ``forward`` than ``verify``), and its key."""
-    if not program or not asset.state_names:
+    asset_hash: str, program: tuple[int | None, int | None], asset: LoadedAsset, new: Any
+) -> tuple[dict[str, Any], tuple[str, Any] | None]:
+    """The state of ``asset``'s function in the loaded ``program`` (the runtime's identity of it and the
+    :func:`load_program` call loading it; its names, each the array every function of the asset there reads: a
+    function may declare fewer than another, ``forward`` than ``verify``), and its key."""
+    if not program[0] or not asset.state_names:
         return new(), None
     key = (asset_hash, program)
     entry = _states.setdefault(key, [{}, 0])
@@ -626,7 +636,7 @@ def _program_state(
     return {name: shared[name] for name in asset.state_names}, key
 
 
-def _release_state(key: tuple[str, int] | None) -> None:
+def _release_state(key: tuple[str, Any] | None) -> None:
     """One delegate less on the shared state of ``key``; forgotten with the last."""
     entry = _states.get(key) if key is not None else None
     if entry is not None:
@@ -778,11 +788,15 @@ def load_program(
         program = Runtime.get().load_program(data, data_path=str(data_path))
     else:
         program = Runtime.get().load_program(data)
-    with sidecars_in(sidecar_dir):
-        for method in sorted(program.method_names):
-            clear_last_error()
-            try:
-                program.load_method(method)
-            except RuntimeError as error:
-                raise RuntimeError(f"loading method '{method}': {last_error() or _explain(error)}") from error
+    token = _loading.set(next(_loads))
+    try:
+        with sidecars_in(sidecar_dir):
+            for method in sorted(program.method_names):
+                clear_last_error()
+                try:
+                    program.load_method(method)
+                except RuntimeError as error:
+                    raise RuntimeError(f"loading method '{method}': {last_error() or _explain(error)}") from error
+    finally:
+        _loading.reset(token)
     return program

@@ -187,11 +187,7 @@ FAMILIES = [
     "model_type, target",
     ci_sample(FAMILIES, [("mistral", "device"), ("qwen3_5_text", "host"), ("lfm2", "device")], several_names=True),
 )
-def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_type, target, tmp_path, llama_draft, request):
-    if model_type in ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next") and target == "host":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "known open bug: the lowered host form of a gated-delta hybrid leaves greedy's tokens after a partly "
-            "rejected verify call (the eager decoder keeps them; the device form is not yet checked)")))
+def test_every_drafter_gives_greedys_tokens_through_executorchs_runtime(model_type, target, tmp_path, llama_draft):
     pte = exported(model_type, target, tmp_path)
     runtime = Target(pte)
     greedy = speculative_decode(runtime, PROMPT, NEW_TOKENS, None, eos_ids=())

@@ -73,12 +73,23 @@ class Step:
             state = torch.where(hits.any(), chosen, state)
         return torch.where(goes_on, state, torch.zeros_like(state))  # not a product: 0 * NaN is NaN
 
+    #: Whether a call other than verify writes a stash's first row all the same (no row is read after it).  In the
+    #: host form a Core AI function's state is a buffer its method writes: a stash ``forward`` only read would be
+    #: lowered as a constant of its own, never seeing what ``verify`` wrote.  The device form's buffers are
+    #: ExecuTorch's, one per name whatever each method does with it.
+    writes_stash_in_every_call = True
+
     def keep(self, state: torch.Tensor, stash: torch.Tensor | None, states: torch.Tensor) -> None:
         """Write a recurrent layer's new state: the last of ``states`` (``[T, *state.shape]``, after each position)
-        into ``state``, and in a verify call all of them into ``stash``."""
+        into ``state``, and in a verify call all of them into ``stash`` (else its first row, in the host form:
+        :attr:`writes_stash_in_every_call`)."""
         state.copy_(states[-1])
-        if self.verifying and stash is not None:
+        if stash is None:
+            return
+        if self.verifying:
             stash.copy_(states)
+        elif self.writes_stash_in_every_call:
+            stash[:1].copy_(states[-1:])
 
     def full_mask(self, length: int) -> torch.Tensor:
         """``[1, 1, T, length]``: a query attends every cache slot at or before its position."""

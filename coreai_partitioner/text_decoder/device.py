@@ -73,6 +73,8 @@ class DeviceStep(Step):
     outside the delegate read.
     """
 
+    writes_stash_in_every_call = False  # the stashes are the program's buffers, shared by name between methods
+
     def __init__(
         self, decoder: nn.Module, positions: torch.Tensor, slots: torch.Tensor, layers_per_delegate: int | None = None,
         verifying: bool = False,

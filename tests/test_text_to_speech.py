@@ -31,7 +31,8 @@ def reference(model, ids: list[int], seed: int):
 @pytest.mark.parametrize("stochastic", [True, False], ids=["stochastic-durations", "deterministic-durations"])
 def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, stochastic):
     from coreai_partitioner import save_pte
-    from coreai_partitioner.text_to_speech.families.vits import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech import SpeechProgram
+    from coreai_partitioner.text_to_speech.families.vits import lower_vits, synthesize
     from coreai_partitioner.text_to_speech.families.vits import _durations_call
     from coreai_partitioner.verify.describe import outside_delegates
 
@@ -42,7 +43,7 @@ def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, s
     for method in ("durations", "decoder"):
         delegates = [n for n in edge.exported_program(method).graph.nodes if "call_delegate" in str(n.target)]
         assert len(delegates) == 1, method
-    program = VitsProgram(save_pte(edge, tmp_path / "vits.pte"))
+    program = SpeechProgram(save_pte(edge, tmp_path / "vits.pte"))
     for ids, seed in (([1, 5, 2, 7, 3, 4], 3), ([4, 1, 1, 9, 2, 6, 11, 3, 5], 7)):
         expected, expected_durations = reference(model, ids, seed)
         durations = _durations_call(program, torch.tensor([ids]), seed)[0][0]  # padded to 12
@@ -56,7 +57,8 @@ def test_vits_pte_gives_vits_durations_and_waveform_at_the_same_seed(tmp_path, s
 def test_the_device_form_keeps_upstreams_contract_and_gives_vits_durations_and_waveform(tmp_path):
     from coreai_partitioner import save_pte
     from coreai_partitioner.backends.apple_coreai.runtime.pte import read_pte
-    from coreai_partitioner.text_to_speech.families.vits import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech import SpeechProgram
+    from coreai_partitioner.text_to_speech.families.vits import lower_vits, synthesize
     from coreai_partitioner.text_to_speech.families.vits import durations_of
     from coreai_partitioner.verify.describe import outside_delegates
 
@@ -67,7 +69,7 @@ def test_the_device_form_keeps_upstreams_contract_and_gives_vits_durations_and_w
     pte = save_pte(edge, tmp_path / "vits.pte")
     contents = read_pte(pte)
     assert {d.backend_id for method in contents.methods for d in contents.coreai_delegates(method)} == {"CoreAIBackend"}
-    program = VitsProgram(pte)
+    program = SpeechProgram(pte)
     ids = [1, 5, 2, 7, 3, 4]
     expected, expected_durations = reference(model, ids, 3)
     assert torch.equal(durations_of(program, ids, seed=3), expected_durations)
@@ -87,9 +89,10 @@ def test_a_multi_speaker_vits_is_refused_naming_num_speakers_before_export():
 
 def test_too_many_frames_for_the_pte_is_refused_naming_max_frames(tmp_path):
     from coreai_partitioner import save_pte
-    from coreai_partitioner.text_to_speech.families.vits import VitsProgram, lower_vits, synthesize
+    from coreai_partitioner.text_to_speech import SpeechProgram
+    from coreai_partitioner.text_to_speech.families.vits import lower_vits, synthesize
 
-    program = VitsProgram(save_pte(lower_vits(tiny_vits(), max_tokens=12, max_frames=5), tmp_path / "vits.pte"))
+    program = SpeechProgram(save_pte(lower_vits(tiny_vits(), max_tokens=12, max_frames=5), tmp_path / "vits.pte"))
     with pytest.raises(ValueError, match="--max-frames"):
         synthesize(program, [1, 5, 2, 7, 3, 4, 9, 9, 2], seed=3)
     with pytest.raises(ValueError, match="--max-tokens"):

@@ -7,9 +7,24 @@ loop that runs them to a waveform.
 - :mod:`.program`: :class:`~.program.SpeechProgram`, a ``.pte`` of any family loaded for its loop, and
   :func:`~.program.write_wav`;
 - :mod:`.tiny`: the tiny random configs (``--config vits``, ``--config kokoro``).
+
+:mod:`.program` is imported on first use of its names: it loads ExecuTorch's runtime, and the command line finds
+its tasks (this room's families among them) before it holds the dependencies' output down.
 """
 
+from typing import Any
+
 from coreai_partitioner.text_to_speech.families import family_named, family_of, register
-from coreai_partitioner.text_to_speech.program import METHODS, SpeechProgram, SpeechReference, write_wav
+
+_PROGRAM = ("METHODS", "SpeechProgram", "SpeechReference", "write_wav")
 
 __all__ = ["METHODS", "SpeechProgram", "SpeechReference", "family_named", "family_of", "register", "write_wav"]
+
+
+def __getattr__(name: str) -> Any:
+    """One of :mod:`.program`'s names, imported on first use."""
+    if name not in _PROGRAM:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from coreai_partitioner.text_to_speech import program
+
+    return getattr(program, name)

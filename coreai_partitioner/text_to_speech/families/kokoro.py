@@ -42,7 +42,7 @@ import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -50,7 +50,9 @@ from torch.nn import functional as F
 
 from coreai_partitioner.partition.boundaries import outside_delegate
 from coreai_partitioner.text_to_speech.istftnet import Stft, residual, vocode
-from coreai_partitioner.text_to_speech.program import SpeechProgram, SpeechReference
+
+if TYPE_CHECKING:  # the program module loads ExecuTorch's runtime: imported where a run needs it
+    from coreai_partitioner.text_to_speech.program import SpeechProgram, SpeechReference
 
 NAME = "kokoro"
 #: What the program's ``get_family`` says.
@@ -529,6 +531,8 @@ def seeded_reference(model: nn.Module, config: KokoroConfig, max_tokens: int) ->
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(1, config.n_token, (min(max_tokens - 2, 16),), generator=generator).tolist()
     style = torch.randn(1, 2 * STYLE_SPLIT, generator=generator)
+    from coreai_partitioner.text_to_speech.program import SpeechReference
+
     return SpeechReference(ids, 0, *reference(model, ids, style, seed=0), voice=style)
 
 

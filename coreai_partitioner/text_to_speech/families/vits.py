@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from coreai_partitioner.partition.boundaries import outside_delegate
-from coreai_partitioner.text_to_speech.program import SpeechProgram, SpeechReference
+
+if TYPE_CHECKING:  # the program module loads ExecuTorch's runtime: imported where a run needs it
+    from coreai_partitioner.text_to_speech.program import SpeechProgram, SpeechReference
 
 NAME = "vits"
 #: What the program's ``get_family`` says.
@@ -278,10 +280,6 @@ def lower_vits(
     )
 
 
-#: The loaded program :func:`synthesize` runs (the name tests and callers of earlier versions use).
-VitsProgram = SpeechProgram
-
-
 def _durations_call(program: SpeechProgram, ids: torch.Tensor, seed: int) -> list[torch.Tensor]:
     """``durations`` on ``ids`` padded to the program's length, its noise the first ``VitsModel.forward`` draws at
     ``seed``; the generator left where ``VitsModel`` leaves it before its second draw."""
@@ -392,6 +390,8 @@ def seeded_reference(model: nn.Module, config: Any, max_tokens: int) -> SpeechRe
     """Seeded random ids (at most 16) through the model at seed 0."""
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(0, config.vocab_size, (min(max_tokens, 16),), generator=generator).tolist()
+    from coreai_partitioner.text_to_speech.program import SpeechReference
+
     return SpeechReference(ids, 0, *reference(model, ids, seed=0))
 
 

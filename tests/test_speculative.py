@@ -79,6 +79,16 @@ def test_sampling_with_a_drafter_is_refused_naming_the_fix():
     check_sampling(0.0, "lookahead")
 
 
+def test_the_export_command_writes_a_verify_method_where_one_fits_unless_told_not_to(capsys):
+    from coreai_partitioner.cli.main import main
+
+    for flags, said in (([], "verify(tokens [1, 9]"), (["--target", "device"], "verify(tokens [1, 9]"),
+                        (["--shapes", "enumerated"], None), (["--verify-len", "0"], None), (["--verify-len", "5"], "verify(tokens [1, 5]")):
+        assert main(["export", "--config", "llama", "--dry-run", *flags]) == 0
+        out = capsys.readouterr().out
+        assert (said in out) if said else ("verify(" not in out), (flags, out)
+
+
 def test_verify_len_is_checked_when_the_shapes_are_made():
     assert text_generation.DecoderShapes(verify_len=None).verify_tokens == 9  # what export asks for
     assert text_generation.DecoderShapes(max_context_len=4, prefill_chunk=2, verify_len=None).verify_tokens == 4

@@ -224,6 +224,8 @@ class Plan:
             f"T {self.shapes.mode} "
             + (f"1..{self.shapes.prefill_chunk}" if self.shapes.mode == "dynamic" else f"{{1, {self.shapes.prefill_chunk}}}")
             + f", context {self.shapes.max_context_len}",
+            *([f"  verify(tokens [1, {v}], input_pos [{v}]) -> logits [1, {v}, vocab]: drafts of up to {v - 1} "
+               "(docs/speculative.md)"] if (v := self.shapes.verify_tokens) else []),
             "  composites: " + ", ".join(f"{name} x{count}" for name, count in sorted(self.composites.items())),
         ]
         lines += [f"  plain ops: {path} ({reason})" for path, reason in self.plain]

@@ -87,6 +87,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--full-logits", action="store_true", help="forward returns every position's logits")
     parser.add_argument(
+        "--verify-len", type=int, metavar="V", help="the verify method's tokens (a draft of V - 1 and the token before "
+        "it; docs/speculative.md): 9 by default where one fits (dynamic host shapes, the device form); 0: none")
+    parser.add_argument(
         "--graph-breaks", type=int, metavar="N", help="device form: a Core AI delegate per N layers, each a function of the one asset"
     )
     parser.add_argument("--kv-cache", choices=("fp", "int8"), default="fp",
@@ -148,7 +151,8 @@ def settle(args: argparse.Namespace, config: Any) -> TextPlan:
     from coreai_partitioner.text_decoder import DecoderShapes, family_of
 
     try:
-        verify = None if args.shapes == "dynamic" or args.target == "device" else 0  # a verify method where one fits
+        fits = args.shapes == "dynamic" or args.target == "device"
+        verify = args.verify_len if args.verify_len is not None else None if fits else 0  # one where it fits
         shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target, args.device_shapes, verify)
     except ValueError as error:
         raise CommandError(str(error)) from None

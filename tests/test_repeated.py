@@ -135,7 +135,11 @@ def test_a_stack_no_longer_than_the_layers_traced_is_traced_whole(caplog):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [{}, {"target": "device"}, {"quantize": "int4"}], ids=["host", "device", "int4"])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"target": "device"}, pytest.param({"quantize": "int4"}, marks=pytest.mark.benchmark)],  # int4: the tier's
+    ids=["host", "device", "int4"],
+)
 def test_a_decoder_whose_layers_are_repeated_lowers_to_the_same_pte_byte_for_byte(monkeypatch, caplog, options):
     import transformers
 

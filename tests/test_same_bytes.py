@@ -47,10 +47,9 @@ TASK_CONFIGS = {
 #: channel, which no int4 block of 32 divides (the error names ``keep_float``, which the command does not take).
 INT4_REFUSED = ("qwen3_5_text", "qwen3_next", "qwen3_5_moe_text", "lfm2")
 
+#: CI's: the two ways builds differed (sub-byte blobs, an adapter's .pte and .ptd: the sweep, ``-m benchmark``).
 SAMPLE = [
     "text-generation lfm2 device",  # a short convolution: the weight coreai-core folds is a blob of its own
-    "text-generation llama int4",  # sub-byte blobs
-    "text-generation llama adapter",  # the base .pte, its .ptd and an adapter's .pte
     "lower bert",  # coreai-core's per-call layer_norm and attention graphs
 ]
 EVERY_BUILD = [

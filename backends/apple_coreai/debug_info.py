@@ -16,9 +16,10 @@ directories differ.  ExecuTorch keeps debug information out of the ``.pte``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from executorch.exir.backend.compile_spec_schema import CompileSpec
+if TYPE_CHECKING:  # a command line reads LEVELS before it imports ExecuTorch's compiler (which prints)
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
 
 from .asset import strip_debug_info
 
@@ -30,6 +31,8 @@ COMPILE_SPEC_KEY = "coreai_debug_info"
 def compile_specs(level: str) -> list[CompileSpec]:
     """The compile spec that asks for ``level`` (none for the default)."""
     _check(level, "debug_info")
+    from executorch.exir.backend.compile_spec_schema import CompileSpec
+
     return [] if level == DEFAULT else [CompileSpec(COMPILE_SPEC_KEY, level.encode())]
 
 

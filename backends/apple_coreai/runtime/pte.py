@@ -7,12 +7,13 @@ import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from executorch.exir.schema import DelegateCall
+from typing import TYPE_CHECKING, Any
 
 from coreai_partitioner import _compat
 from coreai_partitioner._compat import deserialize_pte_views
+
+if TYPE_CHECKING:  # importing ExecuTorch's compiler imports torchao, which prints: a command imports it when it reads
+    from executorch.exir.schema import DelegateCall
 
 #: Backend ids whose payload is a Core AI asset manifest (ours and upstream's).
 COREAI_BACKEND_IDS = ("CoreAICompositeBackend", "CoreAIBackend")
@@ -134,6 +135,8 @@ class MethodPlan:
 
     @property
     def delegate_calls(self) -> list[DelegateCall]:
+        from executorch.exir.schema import DelegateCall
+
         return [args for args in self.instructions if isinstance(args, DelegateCall)]
 
     def arguments(self, call: DelegateCall) -> list[Argument]:

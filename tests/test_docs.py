@@ -14,6 +14,7 @@ file that carry the row's name (:func:`rows_named`), a sentence's on the rows wh
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -23,14 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def existing_tests() -> set[str]:
+@functools.cache
+def existing_tests() -> frozenset[str]:
     """Every test function and test class method name under tests/."""
     names = set()
     for path in (ROOT / "tests").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test_"):
                 names.add(node.name)
-    return names
+    return frozenset(names)
 
 
 def cited_tests(text: str) -> set[str]:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 #: What a user imports: the package and its public names, the recipes, the LLM path, verify, console.
 USER_IMPORTS = ["coreai_partitioner", "coreai_partitioner.recipes", "coreai_partitioner.text_generation", "coreai_partitioner.verify",
@@ -84,12 +86,14 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a process importing every dependency
 def test_importing_the_package_changes_no_logger_level_warning_filter_or_environment_variable():
     done = subprocess.run([sys.executable, "-c", PROBE, *USER_IMPORTS], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.splitlines()[-1]) == []
 
 
+@pytest.mark.slow
 def test_the_command_line_finds_its_tasks_without_importing_executorch():
     """Every command line process finds its tasks first (``detect.tasks()``, building its parser; ``--config NAME``
     asks every task for its tiny configs), before it holds the dependencies' output down: a task module that imported

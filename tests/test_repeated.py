@@ -108,6 +108,7 @@ def test_layers_alike_are_traced_once_and_repeated_into_the_whole_traces_program
     torch.testing.assert_close(dict(module.named_buffers())["layers.6.state"], model.layers[6].state)  # written
 
 
+@pytest.mark.slow  # two traces each (the fast layer's: the layers alike, above)
 @pytest.mark.parametrize(
     "change, reason",
     [
@@ -127,6 +128,7 @@ def test_layers_not_shown_alike_are_traced_whole_saying_why(caplog, change, reas
     torch.testing.assert_close(program.module()(x), model(x))
 
 
+@pytest.mark.slow
 def test_a_stack_no_longer_than_the_layers_traced_is_traced_whole(caplog):
     model = Stack(layers=repeated.TRACED).eval()
     with caplog.at_level(logging.INFO, logger=repeated.__name__):
@@ -157,6 +159,7 @@ def test_a_decoder_whose_layers_are_repeated_lowers_to_the_same_pte_byte_for_byt
     assert pte == bytes(text_generation.lower_decoder(model, shapes, **options).to_executorch().buffer)
 
 
+@pytest.mark.slow
 def test_call_sites_are_named_after_their_layer_whatever_the_exports_suffix(monkeypatch, caplog):
     """A call site's op is its module's path and a suffix of the export's own, which fx reads as a number when it is
     all digits: a second call site of the op is then ``..._3807018``, not ``..._03807017_1``.  Each repeated layer's

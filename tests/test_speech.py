@@ -212,6 +212,7 @@ def test_tiny_whisper_device_pte_gives_hfs_encoder_output_logits_and_greedy_ids(
         assert not report.ok and not logits.ok and encoder_output.ok is (part == "decoder"), report
 
 
+@pytest.mark.slow  # lowers and runs both methods
 def test_an_fp32_encoder_under_an_fp16_decoder_is_verified_against_hf_run_at_those_dtypes(tmp_path, capsys):
     """``export --dtype fp16 --encoder-dtype fp32``: the encoder and the cross-attention key and value projections
     in fp32 (``speech_recognition.at_precision``), the rest in fp16; ``encoder``'s output rounded once to fp16, the dtype

@@ -28,8 +28,6 @@ from backend_suite import run  # noqa: E402
 CI_OPERATORS = (
     "test_add",
     "test_adaptive_maxpool2d",
-    "test_median",
-    "test_round",
 )
 #: The suite's own reasons to skip a case on any flow (its ``run_test``): none says anything of the coreai flow.
 SUITES_SKIPS = ("In place activations aren't properly defunctionalized yet.", "NaN and Inf are not enforced for backends.")

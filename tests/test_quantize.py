@@ -296,6 +296,23 @@ def test_a_stem_convolution_a_scheme_cannot_store_stays_float_with_a_warning_and
     assert (float_output - expected).abs().max() > 10 * (actual - expected).abs().max()  # the weights really are quantized
 
 
+@pytest.mark.slow
+def test_a_decoders_short_convolution_int4_cannot_store_stays_float_with_one_warning_and_the_pte_runs():
+    """LFM2's short convolutions have one input channel a weight, which no int4 block of 32 divides: the export keeps
+    them float, as for any model, instead of refusing the whole decoder."""
+    from llm_helpers import tiny
+
+    torch.manual_seed(0)
+    model = tiny("lfm2")
+    shapes = coreai_llm.DecoderShapes(max_context_len=16, prefill_chunk=4)
+    with pytest.warns(UserWarning, match=r"the int4 scheme cannot store \d+ layer\(s\), kept float: .*conv") as caught:
+        lowered = coreai_llm.lower_decoder(model, shapes, quantize="int4")
+    assert len([w for w in caught if "cannot store" in str(w.message)]) == 1
+    tokens = torch.tensor([[5, 6, 7, 8]])
+    actual = run_pte(lowered.to_executorch().buffer, [tokens, torch.arange(4)])[0]
+    assert torch.isfinite(actual).all() and actual.shape[-1] == model.config.vocab_size
+
+
 class _CamelCase(torch.nn.Module):
     """A layer under a CamelCase name, as transformers' T5 names its attention (``SelfAttention``)."""
 

@@ -9,8 +9,7 @@ a random draw, ``id()``, a per-process hash seed or the set order that seed deci
 CI runs :data:`SAMPLE`, one build of each way a name reached the ``.pte`` from the process (a short
 convolution's folded weight, coreai-core's per-call composite graphs) and of each kind of file (a data file
 and an adapter's ``.pte``), in the device and int4 forms; ``pytest -m benchmark tests/test_same_bytes.py``
-runs :data:`EVERY_BUILD`: every decoder family's tiny config in the host, device and int4 forms (int4 where
-the export takes it: :data:`INT4_REFUSED`), the other decoder forms, every task's tiny configs, ``lower()`` of a
+runs :data:`EVERY_BUILD`: every decoder family's tiny config in the host, device and int4 forms, the other decoder forms, every task's tiny configs, ``lower()`` of a
 tiny BERT and of three torchvision models.
 """
 
@@ -43,10 +42,6 @@ TASK_CONFIGS = {
     "text-to-speech": ["vits", "kokoro"],
 }
 
-#: Families whose tiny config ``export --quantize int4`` refuses: each short convolution's weight has one input
-#: channel, which no int4 block of 32 divides (the error names ``keep_float``, which the command does not take).
-INT4_REFUSED = ("qwen3_5_text", "qwen3_next", "qwen3_5_moe_text", "lfm2")
-
 #: CI's: the two ways builds differed (sub-byte blobs, an adapter's .pte and .ptd: the sweep, ``-m benchmark``).
 SAMPLE = [
     "text-generation lfm2 device",  # a short convolution: the weight coreai-core folds is a blob of its own
@@ -57,7 +52,6 @@ EVERY_BUILD = [
         f"text-generation {family} {form}"
         for family in ROWS
         for form in ("host", "device", "int4")
-        if not (form == "int4" and family in INT4_REFUSED)
     ),
     "text-generation llama external-data",
     "text-generation llama adapter",

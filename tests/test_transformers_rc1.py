@@ -76,7 +76,7 @@ def test_its_pte_runs_in_executorchs_runtime_and_matches(report):
         assert result["pte_error"] <= 1e-4 * max(result["scale"], 1.0), (name, result)
 
 
-@pytest.mark.parametrize("recipe", ["coreai", "coreai_device"])
+@pytest.mark.parametrize("recipe", [pytest.param("coreai", marks=pytest.mark.benchmark), "coreai_device"])  # CI: device
 def test_optimum_executorch_exports_with_the_coreai_recipe_and_generates_hf_greedy_tokens(recipe):
     result = rc1_report("optimum_export.py", recipe)
     assert result["transformers"] == "5.0.0rc1"

@@ -192,8 +192,7 @@ def check_fits(planned: Sequence[Planned], scheme_name: str) -> None:
     listed = "; ".join(f"{p.name} {list(p.shape)} as {p.form}: {reason}" for p, reason in unstorable)
     layers = sorted({p.layer or p.name for p, _ in unstorable})
     fixes = [
-        f"keep {'it' if len(layers) == 1 else 'them'} float (keep_float=[{', '.join(map(repr, layers))}]; "
-        f"examples/export_llm.py --keep-float {' '.join(layers)})"
+        f"keep {'it' if len(layers) == 1 else 'them'} float (keep_float=[{', '.join(map(repr, layers))}])"
     ]
     smaller = _smaller_size(unstorable)
     if smaller is not None:

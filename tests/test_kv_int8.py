@@ -29,8 +29,6 @@ INT8_LOGITS = 0.05
 INT8_TIE = 0.1
 #: Families whose attention keeps a KV cache (every family does; the hybrids beside recurrent layers too).
 KV_FAMILIES = sorted(ROWS)
-#: CI's: sliding windows with KV sharing in the host form, and gated delta rules beside full attention in the device
-#: form (the other rows, dense and attention sinks with experts among them, in the tier).
 
 SHAPES = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=24)
 DEVICE = text_generation.DecoderShapes(max_context_len=32, prefill_chunk=4, target="device")
@@ -106,6 +104,8 @@ def nan_and_noise_initial_caches(lowered) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "shapes, model_type",
+    # CI's: sliding windows with KV sharing in the host form, gated delta rules beside full attention in the device
+    # form; the other rows (dense, attention sinks with experts among them) in the tier.
     ci_sample([(s, m) for s in (SHAPES, DEVICE) for m in KV_FAMILIES], [(SHAPES, "gemma4_text"), (DEVICE, "qwen3_5_text")],
               several_names=True),
     ids=lambda value: {id(SHAPES): "host", id(DEVICE): "device"}.get(id(value), value),

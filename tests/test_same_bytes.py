@@ -7,10 +7,10 @@ reverse order, so a name drawn from a count kept across builds in one process di
 a random draw, ``id()``, a per-process hash seed or the set order that seed decides.
 
 CI runs :data:`SAMPLE`, one build of each way a name reached the ``.pte`` from the process (a short
-convolution's folded weight, coreai-core's per-call composite graphs) and of each kind of file (a data file
-and an adapter's ``.pte``), in the device and int4 forms; ``pytest -m benchmark tests/test_same_bytes.py``
-runs :data:`EVERY_BUILD`: every decoder family's tiny config in the host, device and int4 forms, the other decoder forms, every task's tiny configs, ``lower()`` of a
-tiny BERT and of three torchvision models.
+convolution's folded weight, coreai-core's per-call composite graphs); ``pytest -m benchmark
+tests/test_same_bytes.py`` runs :data:`EVERY_BUILD`: every decoder family's tiny config in the host, device and
+int4 forms, the other decoder forms and files (a data file, an adapter's ``.pte``), every task's tiny configs,
+``lower()`` of a tiny BERT and of three torchvision models.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ TASK_CONFIGS = {
     "text-to-speech": ["vits", "kokoro"],
 }
 
-#: CI's: the two ways builds differed (sub-byte blobs, an adapter's .pte and .ptd: the sweep, ``-m benchmark``).
+#: CI's: the two ways a build differed between processes (sub-byte blobs and an adapter's files: the sweep's).
 SAMPLE = [
     "text-generation lfm2 device",  # a short convolution: the weight coreai-core folds is a blob of its own
     "lower bert",  # coreai-core's per-call layer_norm and attention graphs

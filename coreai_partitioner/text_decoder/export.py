@@ -77,13 +77,14 @@ def export_decoder(
     routers = []
     if quantize:  # the experts feed gather_mm, so they are compressed here; quantize() stores the rest
         from coreai_partitioner.quantize.program_weights import is_kept
-        from coreai_partitioner.quantize import schemes, stored_weights
+        from coreai_partitioner.quantize import schemes
         from coreai_partitioner.blocks import MoE
 
         experts = {p: m for p, m in decoder.named_modules() if isinstance(m, MoE) and not is_kept(p, p, keep_float)}
         # A weight the scheme cannot store (a short convolution's one input channel under int4) stays float, the
-        # quantize step warning once, as for any model; the experts are compressed here, so theirs are refused here.
-        planned = [p for p in stored_weights(decoder, quantize, keep_float=keep_float) if p.layer in experts]
+        # quantize step warning and naming it, as for any model; the experts are compressed here, so their misfits
+        # are refused here.
+        planned = [entry for path, module in experts.items() for entry in module.planned(quantize, path)]
         schemes.check_fits(planned, schemes.scheme(quantize).name)
         for path, module in experts.items():
             if not module.forms:  # the device form exports the decoder once per method

@@ -151,8 +151,9 @@ def settle(args: argparse.Namespace, config: Any) -> TextPlan:
     from coreai_partitioner.text_decoder import DecoderShapes, family_of
 
     try:
-        fits = args.shapes == "dynamic" or args.target == "device"
-        verify = args.verify_len if args.verify_len is not None else None if fits else 0  # one where it fits
+        verify = args.verify_len
+        if verify is None and not (args.shapes == "dynamic" or args.target == "device"):
+            verify = 0  # the default length where a verify method fits, none where it does not
         shapes = DecoderShapes(args.max_context_len, args.prefill_chunk, args.shapes, args.target, args.device_shapes, verify)
     except ValueError as error:
         raise CommandError(str(error)) from None

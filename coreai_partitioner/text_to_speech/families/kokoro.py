@@ -528,11 +528,11 @@ def methods(config: KokoroConfig, max_tokens: int, max_frames: int) -> list[str]
 
 def seeded_reference(model: nn.Module, config: KokoroConfig, max_tokens: int) -> SpeechReference:
     """Seeded random phoneme ids (at most 16, the boundary 0s besides) in a seeded random voice, at seed 0."""
+    from coreai_partitioner.text_to_speech.program import SpeechReference
+
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(1, config.n_token, (min(max_tokens - 2, 16),), generator=generator).tolist()
     style = torch.randn(1, 2 * STYLE_SPLIT, generator=generator)
-    from coreai_partitioner.text_to_speech.program import SpeechReference
-
     return SpeechReference(ids, 0, *reference(model, ids, style, seed=0), voice=style)
 
 

@@ -388,10 +388,10 @@ def layers(config: Any) -> str:
 
 def seeded_reference(model: nn.Module, config: Any, max_tokens: int) -> SpeechReference:
     """Seeded random ids (at most 16) through the model at seed 0."""
-    generator = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, config.vocab_size, (min(max_tokens, 16),), generator=generator).tolist()
     from coreai_partitioner.text_to_speech.program import SpeechReference
 
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config.vocab_size, (min(max_tokens, 16),), generator=generator).tolist()
     return SpeechReference(ids, 0, *reference(model, ids, seed=0))
 
 
